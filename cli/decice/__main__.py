@@ -1,0 +1,3 @@
+from decice.app import main
+
+main()

@@ -1,0 +1,202 @@
+"""decice command line: command definitions only; the work lives in modules below.
+
+Exit codes: 0 ok, 1 a run failed, 2 bad input (nothing touched), 3 another run holds the lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+EPILOG = (
+    "Exit codes: 0 ok, 1 a run failed, 2 bad input (nothing touched), 3 another run holds the lock."
+)
+
+app = typer.Typer(
+    name="decice",
+    help="Bring up a hybrid cloud-edge-HPC Kubernetes stack, run an experiment, "
+    "and return every host to a clean slate.",
+    epilog=EPILOG,
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+)
+runs_app = typer.Typer(
+    help="List and show run records.", epilog=EPILOG, invoke_without_command=True
+)
+app.add_typer(runs_app, name="runs")
+
+SpecOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "-f", "--spec", help="Spec file (default ./decice.yaml, else the built-in sim spec)."
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print a machine-readable result on stdout.")]
+VerboseOpt = Annotated[
+    int, typer.Option("-v", "--verbose", count=True, help="More output (-vv: Ansible -v).")
+]
+OnlyOpt = Annotated[
+    list[str] | None, typer.Option("--only", help="Run only these phases (comma-separated).")
+]
+SkipOpt = Annotated[
+    list[str] | None, typer.Option("--skip", help="Skip these phases (comma-separated).")
+]
+
+
+def _guard(work: Callable[[], int]) -> None:
+    """Run ``work``; turn decice errors into a message and the documented exit code."""
+    from decice.errors import DeciceError
+
+    try:
+        code = work()
+    except DeciceError as exc:
+        import sys
+
+        print(f"decice: {exc}", file=sys.stderr)
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    raise typer.Exit(code)
+
+
+def _lifecycle(command: str, spec: Path | None, json_out: bool, verbose: int, **opts: Any) -> None:
+    def work() -> int:
+        from decice import commands
+
+        return commands.run_lifecycle(command, spec, json_out=json_out, verbose=verbose, **opts)
+
+    _guard(work)
+
+
+@app.command()
+def up(
+    spec: SpecOpt = None,
+    json_out: JsonOpt = False,
+    verbose: VerboseOpt = 0,
+    only: OnlyOpt = None,
+    skip: SkipOpt = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Ansible check mode: change nothing.")
+    ] = False,
+) -> None:
+    """Deploy: preflight, baseline, prepare, kubernetes, addons, scheduler."""
+    _lifecycle("up", spec, json_out, verbose, only=only, skip=skip, check=check)
+
+
+@app.command()
+def down(spec: SpecOpt = None, json_out: JsonOpt = False, verbose: VerboseOpt = 0) -> None:
+    """Remove the scheduler and the add-ons completely (the cluster stays)."""
+    _lifecycle("down", spec, json_out, verbose)
+
+
+@app.command()
+def reset(
+    spec: SpecOpt = None,
+    json_out: JsonOpt = False,
+    verbose: VerboseOpt = 0,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Tear Kubernetes down and restore every host to its recorded baseline."""
+    _lifecycle("reset", spec, json_out, verbose, yes=yes)
+
+
+@app.command()
+def verify(spec: SpecOpt = None, json_out: JsonOpt = False, verbose: VerboseOpt = 0) -> None:
+    """Compare every host with its baseline; an empty difference means a clean slate."""
+    _lifecycle("verify", spec, json_out, verbose)
+
+
+@app.command()
+def status(spec: SpecOpt = None, json_out: JsonOpt = False) -> None:
+    """Show the state directory: lock holder, last run, baselines."""
+
+    def work() -> int:
+        from decice import commands
+
+        return commands.show_status(spec, json_out=json_out)
+
+    _guard(work)
+
+
+@app.command()
+def plan(
+    spec: SpecOpt = None,
+    json_out: JsonOpt = False,
+    only: OnlyOpt = None,
+    skip: SkipOpt = None,
+) -> None:
+    """Show hosts and roles, the phases that would run and every component's version."""
+
+    def work() -> int:
+        from decice import commands
+
+        return commands.show_plan(spec, json_out=json_out, only=only, skip=skip)
+
+    _guard(work)
+
+
+@app.command()
+def init(
+    target: Annotated[
+        str, typer.Option("--target", "-t", help="sim | lab | slurm | pbs | static")
+    ] = "sim",
+    path: Annotated[Path, typer.Option("--output", "-o", help="Where to write the spec.")] = Path(
+        "decice.yaml"
+    ),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write a commented starter spec for a target."""
+
+    def work() -> int:
+        from decice import commands
+
+        return commands.write_starter(target, path, force=force)
+
+    _guard(work)
+
+
+@runs_app.callback()
+def runs(
+    ctx: typer.Context,
+    spec: SpecOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """List the runs recorded in the state directory."""
+    if ctx.invoked_subcommand is not None:
+        return
+
+    def work() -> int:
+        from decice import commands
+
+        return commands.list_runs(spec, json_out=json_out)
+
+    _guard(work)
+
+
+@runs_app.command("show")
+def runs_show(
+    run_id: Annotated[str, typer.Argument(help="Run id, a unique prefix of it, or 'last'.")],
+    spec: SpecOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show one run: phases with timings, component versions, failures."""
+
+    def work() -> int:
+        from decice import commands
+
+        return commands.show_run(run_id, spec, json_out=json_out)
+
+    _guard(work)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""What each CLI command does: load the spec, call the module, print the result."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from decice import history, lifecycle, plan, records, spec, starter
+from decice.errors import EXIT_OK, EXIT_RUN_FAILED, InputError
+from decice.progress import LiveView, QuietView, View, print_summary
+
+_out = Console(highlight=False, soft_wrap=True)
+_err = Console(stderr=True, highlight=False)
+
+
+def _emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def _confirm_reset(loaded: spec.LoadedSpec) -> None:
+    if not sys.stdin.isatty():
+        raise InputError(
+            "reset needs confirmation\n    fix: pass --yes to run it without a terminal"
+        )
+    answer = input(
+        f"Reset '{loaded.spec.name}' ({loaded.spec.target}): tear Kubernetes down and restore "
+        "every host to its baseline? [y/N] "
+    )
+    if answer.strip().lower() not in {"y", "yes"}:
+        raise InputError("reset cancelled; nothing was touched")
+
+
+def run_lifecycle(
+    command: str,
+    spec_path: Path | None,
+    *,
+    json_out: bool,
+    verbose: int,
+    only: list[str] | None = None,
+    skip: list[str] | None = None,
+    check: bool = False,
+    yes: bool = False,
+) -> int:
+    loaded = spec.load(spec_path)
+    options = lifecycle.RunOptions(only=only or [], skip=skip or [], check=check, verbose=verbose)
+    lifecycle.prepare(command, loaded, options)  # bad input fails here, before the prompt
+    if command == "reset" and not yes:
+        _confirm_reset(loaded)
+    view: View = QuietView() if json_out else LiveView(_err, verbose=verbose > 0)
+    record = lifecycle.execute(command, loaded, options, view)
+    if json_out:
+        _emit_json(record.to_dict())
+    else:
+        print_summary(record, _err)
+    return EXIT_OK if record.status == "ok" else EXIT_RUN_FAILED
+
+
+def show_plan(
+    spec_path: Path | None, *, json_out: bool, only: list[str] | None, skip: list[str] | None
+) -> int:
+    loaded = spec.load(spec_path)
+    data = plan.build(loaded, only=only or [], skip=skip or [])
+    if json_out:
+        _emit_json(data)
+    else:
+        plan.render(data, _out)
+    return EXIT_OK
+
+
+def show_status(spec_path: Path | None, *, json_out: bool) -> int:
+    loaded = spec.load(spec_path)
+    data = history.status(loaded)
+    if json_out:
+        _emit_json(data)
+    else:
+        history.render_status(data, _out)
+    return EXIT_OK
+
+
+def list_runs(spec_path: Path | None, *, json_out: bool) -> int:
+    loaded = spec.load(spec_path)
+    runs = records.RunStore(loaded.state_dir).list()
+    if json_out:
+        _emit_json([history.brief(r) for r in runs])
+    else:
+        history.render_runs(runs, _out)
+    return EXIT_OK
+
+
+def show_run(run_id: str, spec_path: Path | None, *, json_out: bool) -> int:
+    loaded = spec.load(spec_path)
+    record = records.RunStore(loaded.state_dir).get(run_id)
+    if json_out:
+        _emit_json(record.to_dict())
+    else:
+        history.render_run(record, _out)
+    return EXIT_OK
+
+
+def write_starter(target: str, path: Path, *, force: bool) -> int:
+    text = starter.render(target)
+    if path.exists() and not force:
+        raise InputError(f"{path}: exists already\n    fix: pass --force to overwrite, or -o OTHER")
+    spec.parse(text, str(path))  # the starter must itself be valid
+    path.write_text(text, encoding="utf-8")
+    _err.print(f"wrote {path} (target {target}); edit it, then `decice plan -f {path}`")
+    return EXIT_OK

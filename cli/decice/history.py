@@ -1,0 +1,97 @@
+"""Views of the state directory: status, the list of runs, one run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from decice import records
+from decice.progress import failure_panel, phase_table
+from decice.records import RunRecord
+from decice.spec import LoadedSpec
+
+
+def brief(record: RunRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "command": record.command,
+        "status": record.status,
+        "started": record.started,
+        "seconds": record.seconds,
+        "target": record.target,
+    }
+
+
+def status(loaded: LoadedSpec) -> dict[str, Any]:
+    state_dir = loaded.state_dir
+    holder = records.current_holder(state_dir) if state_dir.is_dir() else None
+    runs = records.RunStore(state_dir).list()
+    baseline_dir = state_dir / "baseline"
+    baselines = sorted(p.stem for p in baseline_dir.glob("*.json")) if baseline_dir.is_dir() else []
+    kubeconfig = state_dir / "kubeconfig"
+    return {
+        "name": loaded.spec.name,
+        "target": loaded.spec.target,
+        "spec": loaded.label,
+        "state_dir": str(state_dir),
+        "lock": None if holder is None else holder.__dict__,
+        "last_run": brief(runs[-1]) if runs else None,
+        "runs": len(runs),
+        "baselines": baselines,
+        "kubeconfig": str(kubeconfig) if kubeconfig.exists() else None,
+    }
+
+
+def render_status(data: dict[str, Any], console: Console) -> None:
+    console.print(f"[bold]{data['name']}[/] (target {data['target']}, spec {data['spec']})")
+    console.print(f"state dir  {data['state_dir']}")
+    lock = data["lock"]
+    console.print(
+        "lock       free"
+        if lock is None
+        else f"lock       held by pid {lock['pid']} on {lock['host']} "
+        f"({lock['command']}, since {lock['since']})"
+    )
+    last = data["last_run"]
+    console.print(
+        "last run   none"
+        if last is None
+        else f"last run   {last['id']} {last['command']} {last['status']} ({data['runs']} runs)"
+    )
+    console.print(f"baselines  {', '.join(data['baselines']) or 'none'}")
+    console.print(f"kubeconfig {data['kubeconfig'] or 'none'}")
+
+
+def render_runs(runs: list[RunRecord], console: Console) -> None:
+    if not runs:
+        console.print("no runs recorded yet")
+        return
+    table = Table(box=None, header_style="bold")
+    for column in ("id", "command", "status", "target", "started", "time"):
+        table.add_column(column)
+    for run in runs:
+        seconds = f"{run.seconds:.1f}s" if run.seconds is not None else ""
+        table.add_row(run.id, run.command, run.status, run.target, run.started, seconds)
+    console.print(table)
+
+
+def render_run(record: RunRecord, console: Console) -> None:
+    seconds = f"{record.seconds:.1f}s" if record.seconds is not None else "?"
+    console.print(f"[bold]run {record.id}[/]: {record.command} {record.status} in {seconds}")
+    console.print(f"spec {record.spec} (sha256 {record.spec_sha256[:12]}), target {record.target}")
+    console.print(f"inventory sha256 {record.inventory_sha256[:12]}, artifacts {record.artifacts}")
+    console.print(phase_table(record))
+    versions = Table(
+        box=None, header_style="bold", title="component versions", title_justify="left"
+    )
+    versions.add_column("component")
+    versions.add_column("version")
+    for name, version in record.versions.items():
+        versions.add_row(name, version)
+    console.print(versions)
+    for note in record.notes:
+        console.print(f"note: {note}")
+    if record.failures:
+        console.print(failure_panel(record))

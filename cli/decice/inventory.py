@@ -1,0 +1,120 @@
+"""Machines + role rules -> an Ansible inventory (Kubespray groups + decice groups)."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from decice.allocation import Allocation, Machine, pbs, slurm, static
+from decice.errors import InputError
+from decice.spec import LoadedSpec
+from decice.spec_model import AllocationSpec
+
+GROUPS = ("kube_control_plane", "etcd", "kube_node", "decice_edge", "decice_hpc")
+_ROLE_GROUP = {
+    "control_plane": "kube_control_plane",
+    "etcd": "etcd",
+    "worker": "kube_node",
+    "edge": "decice_edge",
+    "hpc": "decice_hpc",
+}
+
+
+def allocate(loaded: LoadedSpec) -> Allocation | None:
+    """The machines of this spec's target; None for targets without real hosts (sim)."""
+    spec, base = loaded.spec, (loaded.source.parent if loaded.source else Path.cwd())
+    if spec.target == "sim":
+        return None
+    if spec.target == "static":
+        return static.from_spec(spec, base)
+    if spec.target == "slurm":
+        return slurm.from_environment()
+    if spec.target == "pbs":
+        return pbs.from_environment()
+    raise InputError(f"target {spec.target}: its machines come from `decice lab` (not wired yet)")
+
+
+def assign_roles(machines: tuple[Machine, ...], rules: AllocationSpec) -> dict[str, list[str]]:
+    """Group -> host names. Explicit roles win; else the first K hosts are control plane."""
+    names = [m.name for m in machines]
+    unknown = [n for n in rules.edge if n not in names]
+    if unknown:
+        raise InputError(
+            f"allocation.edge: {', '.join(unknown)} not among the allocated hosts\n"
+            f"    fix: list only hosts of the allocation ({', '.join(names)})"
+        )
+    groups: dict[str, list[str]] = {g: [] for g in GROUPS}
+    explicit = any(m.roles for m in machines)
+    cluster = [
+        m for m in machines if m.name not in rules.edge and m.name not in rules.hpc_endpoints
+    ]
+    if explicit:
+        for machine in machines:
+            for role in machine.roles:
+                groups[_ROLE_GROUP[role]].append(machine.name)
+    else:
+        if len(cluster) < rules.control_plane:
+            raise InputError(
+                f"allocation.control_plane: {rules.control_plane} control-plane hosts wanted, "
+                f"only {len(cluster)} cluster hosts available"
+            )
+        control = [m.name for m in cluster[: rules.control_plane]]
+        groups["kube_control_plane"] = control
+        groups["etcd"] = list(control)
+        groups["kube_node"] = [m.name for m in cluster[rules.control_plane :]] or list(control)
+    groups["decice_edge"] = sorted(set(groups["decice_edge"]) | set(rules.edge), key=names.index)
+    groups["decice_hpc"] = list(dict.fromkeys(groups["decice_hpc"] + rules.hpc_endpoints))
+    etcd = len(groups["etcd"])
+    if etcd and etcd % 2 == 0:
+        raise InputError(f"etcd needs an odd number of hosts; the roles give {etcd}")
+    if (groups["kube_node"] or groups["decice_edge"]) and not groups["kube_control_plane"]:
+        raise InputError(
+            "no host has the control_plane role\n"
+            "    fix: give one host roles: [control_plane, etcd]"
+        )
+    return groups
+
+
+def build(loaded: LoadedSpec, allocation: Allocation | None) -> dict[str, Any]:
+    """The inventory as a YAML-ready dict."""
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    children: dict[str, Any] = {group: {"hosts": {}} for group in GROUPS}
+    hostvars: dict[str, dict[str, Any]] = {"localhost": local}
+    if allocation is not None:
+        groups = assign_roles(allocation.machines, loaded.spec.allocation)
+        for machine in allocation.machines:
+            hv: dict[str, Any] = dict(machine.vars)
+            if machine.address:
+                hv.setdefault("ansible_host", machine.address)
+                hv.setdefault("ip", machine.address)
+            hostvars[machine.name] = hv
+        if loaded.spec.allocation.jump_host:
+            jump = loaded.spec.allocation.jump_host
+            for hv in hostvars.values():
+                hv.setdefault("ansible_ssh_common_args", f"-o ProxyJump={jump}")
+        for group in GROUPS:
+            children[group] = {"hosts": dict.fromkeys(groups[group])}
+    children["k8s_cluster"] = {"children": {"kube_control_plane": {}, "kube_node": {}}}
+    return {"all": {"hosts": hostvars, "children": children}}
+
+
+def write(inventory: dict[str, Any], path: Path) -> str:
+    """Write the inventory YAML (0600); return its sha256."""
+    text = yaml.safe_dump(inventory, sort_keys=False)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.write_text(text, encoding="utf-8")
+    path.chmod(0o600)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def host_roles(inventory: dict[str, Any]) -> dict[str, list[str]]:
+    """Host -> groups it belongs to (for `decice plan`)."""
+    out: dict[str, list[str]] = {}
+    for group, body in inventory["all"]["children"].items():
+        for host in body.get("hosts") or {}:
+            out.setdefault(host, []).append(group)
+    return out

@@ -1,0 +1,106 @@
+"""What `decice up` would do for a spec: hosts and roles, phases, component versions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from decice import inventory, phases, versions
+from decice.spec import LoadedSpec
+
+# versions-file component -> spec add-on switch (None: always part of the stack)
+_SWITCH = {
+    "volcano": "volcano",
+    "interlink": "interlink",
+    "kubeedge": "kubeedge",
+    "edgemesh": "kubeedge",
+    "sedna": "sedna",
+    "kubeflow_trainer": "kubeflow",
+}
+
+
+def build(loaded: LoadedSpec, *, only: list[str], skip: list[str]) -> dict[str, Any]:
+    spec = loaded.spec
+    selected = phases.select("up", only, skip)
+    allocation = inventory.allocate(loaded)
+    inv = inventory.build(loaded, allocation)
+    hosts = {
+        host: groups for host, groups in inventory.host_roles(inv).items() if host != "localhost"
+    }
+    components = []
+    pinned = versions.summary()
+    for name in versions.COMPONENTS:
+        version = pinned.get(name)
+        if version is None:
+            continue
+        switch = _SWITCH.get(name)
+        enabled = True if switch is None else getattr(spec.addons, switch).enabled
+        if name in {"kubespray", "kubernetes"} and spec.target == "sim":
+            enabled = False
+        components.append({"name": name, "version": version, "enabled": enabled})
+    if spec.scheduler.enabled:
+        from decice import __version__
+
+        components.append({"name": "decice-scheduler", "version": __version__, "enabled": True})
+    return {
+        "name": spec.name,
+        "target": spec.target,
+        "spec": loaded.label,
+        "state_dir": str(loaded.state_dir),
+        "allocation": None
+        if allocation is None
+        else {
+            "source": allocation.source,
+            "job_id": allocation.job_id,
+        },
+        "hosts": hosts,
+        "sim_nodes": [
+            {
+                "name_prefix": g.name_prefix,
+                "count": g.count,
+                "capacity": dict(g.capacity),
+                "labels": dict(g.labels),
+            }
+            for g in spec.sim.nodes
+        ],
+        "phases": [{"name": p, "selected": p in selected} for p in phases.PHASES["up"]],
+        "components": components,
+    }
+
+
+def render(data: dict[str, Any], console: Console) -> None:
+    console.print(
+        f"[bold]plan for {data['name']}[/] (target {data['target']}, spec {data['spec']})"
+    )
+    if data["hosts"]:
+        table = Table(box=None, header_style="bold", title="hosts", title_justify="left")
+        table.add_column("host")
+        table.add_column("groups")
+        for host, groups in data["hosts"].items():
+            table.add_row(host, ", ".join(groups))
+        console.print(table)
+    if data["sim_nodes"]:
+        table = Table(box=None, header_style="bold", title="simulated nodes", title_justify="left")
+        for column in ("prefix", "count", "capacity", "labels"):
+            table.add_column(column)
+        for group in data["sim_nodes"]:
+            capacity = ", ".join(f"{k}={v}" for k, v in group["capacity"].items())
+            table.add_row(
+                group["name_prefix"], str(group["count"]), capacity, ", ".join(group["labels"])
+            )
+        console.print(table)
+    console.print(
+        "phases     "
+        + " → ".join(
+            p["name"] if p["selected"] else f"[dim]({p['name']})[/]" for p in data["phases"]
+        )
+    )
+    table = Table(box=None, header_style="bold", title="components", title_justify="left")
+    table.add_column("component")
+    table.add_column("version")
+    table.add_column("")
+    for comp in data["components"]:
+        table.add_row(comp["name"], comp["version"], "" if comp["enabled"] else "[dim]off[/]")
+    console.print(table)

@@ -1,0 +1,320 @@
+"""Load and validate decice.yaml: every error with file, line, column, expectation and fix."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from decice import versions, yamlpos
+from decice.errors import InputError
+from decice.spec_model import ADDONS, Spec
+
+DEFAULT_SPEC_NAME = "decice.yaml"
+BUILTIN_LABEL = "<built-in default spec>"
+
+# spec component -> key in the versions file
+_ADDON_COMPONENT = {
+    "volcano": "volcano",
+    "interlink": "interlink",
+    "kubeedge": "kubeedge",
+    "sedna": "sedna",
+    "kubeflow": "kubeflow_trainer",
+}
+
+
+@dataclass(frozen=True)
+class SpecIssue:
+    """One problem in a spec, with where it is and how to fix it."""
+
+    file: str
+    line: int
+    column: int
+    field: str
+    message: str
+    fix: str
+
+    def render(self) -> str:
+        where = f"{self.file}:{self.line}:{self.column}"
+        text = (
+            f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+        )
+        return f"{text}\n    fix: {self.fix}" if self.fix else text
+
+
+class SpecError(InputError):
+    """The spec is invalid; holds every issue found."""
+
+    def __init__(self, issues: list[SpecIssue]) -> None:
+        self.issues = issues
+        count = len(issues)
+        head = f"{count} problem{'s' if count != 1 else ''} in {issues[0].file}" if issues else ""
+        super().__init__("\n".join([head, *(issue.render() for issue in issues)]))
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    """A validated spec and where it came from."""
+
+    spec: Spec
+    source: Path | None  # None: the built-in default
+    text: str
+    state_dir: Path
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return str(self.source) if self.source else BUILTIN_LABEL
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+
+def builtin_text() -> str:
+    """Text of the built-in default spec (target sim)."""
+    return resources.files("decice").joinpath("data/default-spec.yaml").read_text("utf-8")
+
+
+def load(path: Path | None, *, cwd: Path | None = None) -> LoadedSpec:
+    """Load ``path``; when it is None use ./decice.yaml, else the built-in default."""
+    base = cwd or Path.cwd()
+    if path is None:
+        candidate = base / DEFAULT_SPEC_NAME
+        if candidate.is_file():
+            path = candidate
+    if path is None:
+        text, label, state_dir = builtin_text(), BUILTIN_LABEL, base / ".decice"
+    else:
+        path = path if path.is_absolute() else base / path
+        if not path.is_file():
+            raise InputError(
+                f"{path}: spec file not found\n    fix: give an existing file with -f, "
+                f"or create one with `decice init --target sim`"
+            )
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"{path}: cannot read the spec: {exc}") from None
+        label, state_dir = str(path), path.parent / ".decice"
+    spec, raw = parse(text, label)
+    return LoadedSpec(spec=spec, source=path, text=text, state_dir=state_dir, raw=raw)
+
+
+def parse(text: str, label: str) -> tuple[Spec, dict[str, Any]]:
+    """Validate ``text``; raise SpecError listing every issue."""
+    try:
+        doc = yamlpos.load(text)
+    except yamlpos.YamlSyntaxError as exc:
+        raise SpecError(
+            [SpecIssue(label, exc.pos.line, exc.pos.column, "", str(exc), _syntax_fix(str(exc)))]
+        ) from None
+    issues = [
+        _issue(label, doc, path, "this key appears twice", "keep one of them", key=True)
+        for path, _ in doc.duplicates
+    ]
+    if not isinstance(doc.data, dict):
+        issues.append(
+            _issue(
+                label,
+                doc,
+                (),
+                "the spec must be a mapping of keys to values",
+                "start from `decice init --target sim`",
+            )
+        )
+        raise SpecError(issues)
+    try:
+        spec = Spec.model_validate(doc.data)
+    except ValidationError as exc:
+        issues.extend(_from_pydantic(label, doc, exc))
+        raise SpecError(issues) from None
+    issues.extend(_semantic(label, doc, spec))
+    if issues:
+        raise SpecError(issues)
+    return spec, doc.data
+
+
+def _issue(
+    label: str,
+    doc: yamlpos.PositionedYaml,
+    path: tuple[str | int, ...],
+    message: str,
+    fix: str,
+    *,
+    key: bool = False,
+) -> SpecIssue:
+    pos = doc.locate(path, key=key)
+    return SpecIssue(label, pos.line, pos.column, _dotted(path), message, fix)
+
+
+def _dotted(path: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _model_at(path: tuple[str | int, ...]) -> type[BaseModel] | None:
+    """The pydantic model that owns the mapping at ``path`` (for key suggestions)."""
+    model: type[BaseModel] | None = Spec
+    for part in path:
+        if model is None:
+            return None
+        if isinstance(part, int):
+            continue
+        info = model.model_fields.get(part)
+        if info is None:
+            return None
+        model = _inner_model(info.annotation)
+    return model
+
+
+def _inner_model(annotation: object) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _from_pydantic(
+    label: str, doc: yamlpos.PositionedYaml, exc: ValidationError
+) -> list[SpecIssue]:
+    issues: list[SpecIssue] = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(part for part in err["loc"] if isinstance(part, int | str))
+        # drop pydantic's union/function tags that are not spec keys
+        loc = tuple(p for p in loc if not (isinstance(p, str) and p in {"str", "int"}))
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            parent = _model_at(loc[:-1])
+            known = sorted(parent.model_fields) if parent else []
+            guess = difflib.get_close_matches(str(loc[-1]), known, n=1)
+            fix = (
+                f"did you mean '{guess[0]}'?"
+                if guess
+                else f"remove it; known keys: {', '.join(known)}"
+            )
+            issues.append(_issue(label, doc, loc, "unknown key", fix, key=True))
+        elif kind == "missing":
+            issues.append(
+                _issue(
+                    label,
+                    doc,
+                    loc[:-1],
+                    f"required key '{loc[-1]}' is missing",
+                    f"add `{loc[-1]}:` here",
+                )
+            )
+        elif kind == "literal_error":
+            expected = err.get("ctx", {}).get("expected", "")
+            issues.append(
+                _issue(label, doc, loc, f"got {err['input']!r}", f"use one of {expected}")
+            )
+        else:
+            message = err["msg"].removeprefix("Value error, ")
+            issues.append(_issue(label, doc, loc, message, _fix_for(kind)))
+    return issues
+
+
+def _fix_for(kind: str) -> str:
+    return {
+        "bool_type": "write true or false",
+        "bool_parsing": "write true or false",
+        "int_type": "write a whole number",
+        "int_parsing": "write a whole number",
+        "float_parsing": "write a number",
+        "string_type": "write a string (quote it if it looks like a number)",
+        "list_type": "write a YAML list (lines starting with '- ')",
+        "dict_type": "write a mapping (key: value lines)",
+        "model_type": "write a mapping (key: value lines)",
+        "greater_than": "use a larger value",
+        "greater_than_equal": "use a larger value",
+        "less_than_equal": "use a smaller value",
+        "value_error": "",
+    }.get(kind, "see `decice init --target sim` for a commented example")
+
+
+def _syntax_fix(message: str) -> str:
+    if "tab" in message:
+        return "indent with spaces, not tabs"
+    return "check the indentation and the ':' after each key near this line"
+
+
+def _semantic(label: str, doc: yamlpos.PositionedYaml, spec: Spec) -> list[SpecIssue]:
+    """Rules across fields: target needs, dependencies, untested version combinations."""
+    issues: list[SpecIssue] = []
+    if spec.target == "static" and not spec.hosts and not spec.allocation.hosts_file:
+        issues.append(
+            _issue(
+                label,
+                doc,
+                ("target",),
+                "target static needs hosts",
+                "add a 'hosts:' list or set 'allocation.hosts_file'",
+            )
+        )
+    names = [host.name for host in spec.hosts]
+    for index, name in enumerate(names):
+        if name in names[:index]:
+            issues.append(
+                _issue(
+                    label,
+                    doc,
+                    ("hosts", index, "name"),
+                    f"host {name!r} is listed twice",
+                    "host names must be unique",
+                )
+            )
+    if spec.addons.sedna.enabled and not spec.addons.kubeedge.enabled:
+        issues.append(
+            _issue(
+                label,
+                doc,
+                ("addons", "sedna", "enabled"),
+                "sedna needs kubeedge (with EdgeMesh)",
+                "enable addons.kubeedge or set addons.sedna.enabled: false",
+            )
+        )
+    if not spec.allow_untested_versions:
+        issues.extend(_version_pins(label, doc, spec))
+    return issues
+
+
+def _version_pins(label: str, doc: yamlpos.PositionedYaml, spec: Spec) -> list[SpecIssue]:
+    wanted: list[tuple[tuple[str, ...], str | None, str]] = [
+        (("kubernetes", "version"), spec.kubernetes.version, "kubernetes"),
+        (("kubernetes", "kubespray_tag"), spec.kubernetes.kubespray_tag, "kubespray"),
+    ]
+    for addon in ADDONS:
+        wanted.append(
+            (
+                ("addons", addon, "version"),
+                getattr(spec.addons, addon).version,
+                _ADDON_COMPONENT[addon],
+            )
+        )
+    issues = []
+    for path, value, component in wanted:
+        if value is None:
+            continue
+        pin = versions.version_of(component)
+        if value.lstrip("v") != pin.lstrip("v"):
+            issues.append(
+                _issue(
+                    label,
+                    doc,
+                    path,
+                    f"{value} is not the version decice tested ({pin})",
+                    f"remove the key to use {pin}, or set allow_untested_versions: true",
+                )
+            )
+    return issues

@@ -1,0 +1,199 @@
+"""The experiment spec (decice.yaml) as typed models: fields, defaults, rules."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+TARGETS = ("sim", "lab", "slurm", "pbs", "static")
+ADDONS = ("volcano", "interlink", "kubeedge", "sedna", "kubeflow")
+HOST_ROLES = ("control_plane", "etcd", "worker", "edge", "hpc")
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei|e[0-9]+)?$")
+_LABEL_KEY = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+Quantity = Annotated[str | int, Field(description="a Kubernetes quantity such as 4, 500m, 16Gi")]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HostSpec(_Model):
+    """One machine of a static inventory."""
+
+    name: str
+    address: str | None = None
+    roles: list[Literal["control_plane", "etcd", "worker", "edge", "hpc"]] = Field(
+        default_factory=list
+    )
+    vars: dict[str, object] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not value or any(ch.isspace() for ch in value):
+            raise ValueError("a host name must be a non-empty word without spaces")
+        return value
+
+
+class AllocationSpec(_Model):
+    """How machines from an allocation (SLURM, PBS, static list) get their roles."""
+
+    control_plane: int = Field(1, ge=1, description="first K hosts are control plane + etcd")
+    edge: list[str] = Field(default_factory=list)
+    hpc_endpoints: list[str] = Field(default_factory=list)
+    jump_host: str | None = None
+    ssh_config: str | None = None
+    hosts_file: str | None = None
+
+    @field_validator("control_plane")
+    @classmethod
+    def _odd(cls, value: int) -> int:
+        if value % 2 == 0:
+            raise ValueError(
+                f"etcd runs on the control-plane hosts and needs an odd count; got {value}"
+            )
+        return value
+
+
+class KubernetesSpec(_Model):
+    """The Kubernetes that Kubespray deploys (sim runs its own control plane)."""
+
+    version: str | None = None
+    kubespray_tag: str | None = None
+    container_runtime: Literal["containerd"] = "containerd"
+    cni: Literal["calico", "flannel", "cilium"] = "calico"
+
+
+class AddonSpec(_Model):
+    """One add-on: on/off, an optional version override, chart/manifest values."""
+
+    enabled: bool = True
+    version: str | None = None
+    values: dict[str, object] = Field(default_factory=dict)
+
+
+class AddonsSpec(_Model):
+    volcano: AddonSpec = AddonSpec()
+    interlink: AddonSpec = AddonSpec()
+    kubeedge: AddonSpec = AddonSpec()
+    sedna: AddonSpec = AddonSpec()
+    kubeflow: AddonSpec = AddonSpec()
+
+
+class SchedulerSpec(_Model):
+    enabled: bool = True
+    name: str = "decice-scheduler"
+    qps: float = Field(50.0, gt=0)
+    burst: int = Field(100, ge=1)
+    replicas: int = Field(1, ge=1)
+    image: str | None = None
+    config: dict[str, object] = Field(default_factory=dict)
+
+
+class MirrorSpec(_Model):
+    """Where to fetch artifacts when the sites' upstreams are unreachable."""
+
+    url: str | None = None
+    path: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> MirrorSpec:
+        if (self.url is None) == (self.path is None):
+            raise ValueError("give exactly one of mirror.url or mirror.path")
+        return self
+
+
+class Taint(_Model):
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+def _default_capacity() -> dict[str, str | int]:
+    return {"cpu": "8", "memory": "32Gi", "pods": "110"}
+
+
+class SimNodeGroup(_Model):
+    """A group of identical simulated nodes."""
+
+    name_prefix: str
+    count: int = Field(ge=0, le=20000)
+    capacity: dict[str, Quantity] = Field(default_factory=_default_capacity)
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+
+    @field_validator("name_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if not _DNS_LABEL.match(value):
+            raise ValueError("use lower-case letters, digits and '-' (a DNS label)")
+        return value
+
+    @field_validator("capacity")
+    @classmethod
+    def _capacity(cls, value: dict[str, str | int]) -> dict[str, str | int]:
+        for resource, amount in value.items():
+            if not _QUANTITY.match(str(amount)):
+                raise ValueError(f"{resource}: {amount!r} is not a quantity (e.g. 4, 500m, 16Gi)")
+        missing = {"cpu", "memory"} - set(value)
+        if missing:
+            raise ValueError(f"capacity needs {', '.join(sorted(missing))}")
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not _LABEL_KEY.match(key):
+                raise ValueError(f"{key!r} is not a valid label key")
+        return value
+
+
+class SimSpec(_Model):
+    """The simulated cluster: a real control plane on loopback, simulated nodes."""
+
+    nodes: list[SimNodeGroup] = Field(default_factory=list)
+    bin_dir: str | None = None
+
+
+class LabSpec(_Model):
+    """Local systemd containers as nodes."""
+
+    name: str = "lab"
+    nodes: int = Field(3, ge=1, le=64)
+    slurm: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _DNS_LABEL.match(value):
+            raise ValueError("use lower-case letters, digits and '-' (a DNS label)")
+        return value
+
+
+class Spec(_Model):
+    """decice.yaml: one experiment's cluster."""
+
+    name: str
+    target: Literal["sim", "lab", "slurm", "pbs", "static"] = "sim"
+    allow_untested_versions: bool = False
+    hosts: list[HostSpec] = Field(default_factory=list)
+    allocation: AllocationSpec = AllocationSpec()
+    kubernetes: KubernetesSpec = KubernetesSpec()
+    addons: AddonsSpec = AddonsSpec()
+    scheduler: SchedulerSpec = SchedulerSpec()
+    mirror: MirrorSpec | None = None
+    sim: SimSpec = SimSpec()
+    lab: LabSpec = LabSpec()
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _DNS_LABEL.match(value):
+            raise ValueError("use lower-case letters, digits and '-' (a DNS label, e.g. my-exp)")
+        return value

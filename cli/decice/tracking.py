@@ -1,0 +1,110 @@
+"""Bookkeeping of a run's phases from runner events (what the record and the view show)."""
+
+from __future__ import annotations
+
+import time
+
+from decice import records
+from decice.records import PhaseRecord, RunRecord
+from decice.runner import Event, HostResult, NoHostsMatched, PlayStarted, RunFinished, TaskStarted
+
+COUNTED = ("ok", "changed", "failed", "unreachable", "skipped")
+
+
+class PhaseTracker:
+    """Applies runner events to a run record's phases."""
+
+    def __init__(self, record: RunRecord, selected: list[str]) -> None:
+        self.record = record
+        self.selected = selected
+        self.current: PhaseRecord | None = None
+        self.current_task = ""
+        self._t0: dict[str, float] = {}
+        self._no_hosts: set[str] = set()
+        record.phases = [PhaseRecord(name=name) for name in selected]
+
+    def _start(self, name: str) -> None:
+        if self.current and self.current.name == name:
+            return
+        self._close_current()
+        try:
+            phase = self.record.phase(name)
+        except KeyError:  # a play of a phase that was not selected (tags filter its tasks)
+            self.current = None
+            return
+        if phase.status == "pending":
+            phase.status, phase.started = "running", records.now()
+            self._t0[name] = time.monotonic()
+        self.current = phase
+
+    def _close_current(self, *, failed_run: bool = False) -> None:
+        phase = self.current
+        if phase is None or phase.status != "running":
+            return
+        phase.ended = records.now()
+        phase.seconds = round(time.monotonic() - self._t0[phase.name], 3)
+        failed = any(c["failed"] or c["unreachable"] for c in phase.hosts.values())
+        if failed or failed_run:
+            phase.status = "failed"
+        elif not phase.hosts:
+            phase.status = "skipped"
+            phase.note = (
+                "no hosts in this phase's groups"
+                if phase.name in self._no_hosts
+                else ("nothing to do")
+            )
+        else:
+            phase.status = "ok"
+        self.current = None
+
+    def apply(self, event: Event) -> None:
+        if isinstance(event, PlayStarted):
+            self._start(event.phase)
+        elif isinstance(event, NoHostsMatched):
+            self._no_hosts.add(event.phase)
+        elif isinstance(event, TaskStarted):
+            self.current_task = event.task
+        elif isinstance(event, HostResult):
+            self._host_result(event)
+        elif isinstance(event, RunFinished):
+            self._finish(event)
+
+    def _host_result(self, event: HostResult) -> None:
+        phase = self.current
+        if phase is None:
+            return
+        counts = phase.hosts.setdefault(event.host, dict.fromkeys(COUNTED, 0))
+        status = "ok" if event.status == "failed" and event.ignored else event.status
+        counts[status] += 1
+        if status in {"failed", "unreachable"}:
+            self.record.failures.append(
+                {
+                    "phase": phase.name,
+                    "host": event.host,
+                    "task": event.task,
+                    "status": status,
+                    "message": event.message,
+                }
+            )
+
+    def _finish(self, event: RunFinished) -> None:
+        failed_run = event.status != "successful"
+        self._close_current(failed_run=failed_run and not self.record.failures)
+        self.record.stats = event.stats
+        for phase in self.record.phases:
+            if phase.status == "pending":
+                phase.status = "not run" if failed_run else "skipped"
+                if not failed_run and not phase.note:
+                    phase.note = "no play ran"
+        if failed_run and not self.record.failures:
+            self.record.failures.append(
+                {
+                    "phase": "-",
+                    "host": "-",
+                    "task": "-",
+                    "status": event.status,
+                    "message": f"ansible-playbook ended {event.status} (rc {event.rc}); "
+                    f"see {self.record.artifacts}",
+                }
+            )
+        self.record.status = "failed" if failed_run else "ok"
