@@ -91,6 +91,8 @@ def build(loaded: LoadedSpec, allocation: Allocation | None) -> dict[str, Any]:
             if machine.address:
                 hv.setdefault("ansible_host", machine.address)
                 hv.setdefault("ip", machine.address)
+            if hv.get("ansible_connection") == "local":
+                hv.setdefault("ansible_python_interpreter", sys.executable)
             hostvars[machine.name] = hv
         if loaded.spec.allocation.jump_host:
             jump = loaded.spec.allocation.jump_host

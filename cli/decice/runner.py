@@ -104,11 +104,15 @@ def _first_lines(text: str, limit: int = 12) -> str:
 
 def failure_message(res: Mapping[str, Any]) -> str:
     """The human part of a failed task's result (no JSON dumps)."""
+    parts: list[str] = []
     for key in ("msg", "reason", "stderr", "module_stderr", "module_stdout", "stdout"):
         value = res.get(key)
         if value:
-            text = value if isinstance(value, str) else "\n".join(map(str, value))
-            return _first_lines(text)
+            parts.append(value if isinstance(value, str) else "\n".join(map(str, value)))
+            if key not in {"msg", "reason"} or "module_stderr" not in res:
+                break
+    if parts:
+        return _first_lines("\n".join(parts))
     for item in res.get("results", []) or []:
         if isinstance(item, Mapping) and item.get("failed"):
             return failure_message(item)
@@ -178,7 +182,6 @@ def run_playbook(run: PlaybookRun, cancel: threading.Event | None = None) -> Ite
     events: queue.Queue[Mapping[str, Any] | None] = queue.Queue()
     translate = _Translator()
     cmdline = "--check --diff" if run.check else None
-    binary = Path(sys.executable).parent / "ansible-playbook"
 
     def on_event(event: Mapping[str, Any]) -> bool:
         events.put(event)
@@ -194,7 +197,6 @@ def run_playbook(run: PlaybookRun, cancel: threading.Event | None = None) -> Ite
         cmdline=cmdline,
         verbosity=run.verbosity or None,
         envvars=ansible_env(run.envvars),
-        binary=str(binary) if binary.exists() else None,
         ident=run.ident,
         quiet=True,
         suppress_env_files=True,

@@ -221,8 +221,20 @@ def _from_pydantic(
             )
         else:
             message = err["msg"].removeprefix("Value error, ")
-            issues.append(_issue(label, doc, loc, message, _fix_for(kind)))
+            is_block = isinstance(_value_at(doc.data, loc), dict | list)
+            issues.append(_issue(label, doc, loc, message, _fix_for(kind), key=is_block))
     return issues
+
+
+def _value_at(data: object, path: tuple[str | int, ...]) -> object:
+    for part in path:
+        if isinstance(data, dict):
+            data = data.get(part)
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        else:
+            return None
+    return data
 
 
 def _fix_for(kind: str) -> str:

@@ -1,0 +1,85 @@
+"""Least- and most-allocated scores over configurable resources and weights.
+
+Args: ``resources``: list of ``{name, weight}`` (default cpu and memory, weight 1).
+A node scores per resource from what would be requested after placing the pod; the
+result is the weighted mean. cpu and memory use scoring defaults for pods that request
+none (see ``resources.nonzero_cpu_memory``), so best-effort pods still spread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from decice_scheduler.framework import MAX_SCORE, ScorePlugin
+from decice_scheduler.nodeinfo import NodeInfo
+from decice_scheduler.podinfo import PodInfo
+from decice_scheduler.resources import nonzero_cpu_memory
+
+__all__ = ["LeastAllocated", "MostAllocated"]
+
+_DEFAULT_RESOURCES: tuple[dict[str, Any], ...] = (
+    {"name": "cpu", "weight": 1},
+    {"name": "memory", "weight": 1},
+)
+
+
+def _parse_resources(args: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    spec = args.get("resources") or _DEFAULT_RESOURCES
+    out = []
+    for item in spec:
+        name = str(item["name"])
+        weight = int(item.get("weight", 1))
+        if weight < 0:
+            raise ValueError(f"resource {name!r}: weight must be >= 0, got {weight}")
+        out.append((name, weight))
+    if not any(w for _, w in out):
+        raise ValueError("at least one resource needs a positive weight")
+    return tuple(out)
+
+
+class _Allocation(ScorePlugin):
+    def __init__(self, args: Mapping[str, Any] | None = None) -> None:
+        super().__init__(args)
+        self._resources = _parse_resources(self.args)
+        self._weight_sum = sum(w for _, w in self._resources)
+
+    def _per_resource(self, requested: int, allocatable: int) -> int:
+        raise NotImplementedError
+
+    def score(self, pod: PodInfo, node: NodeInfo) -> int:
+        pod_cpu, pod_memory = nonzero_cpu_memory(pod.request)
+        total = 0
+        for name, weight in self._resources:
+            if not weight:
+                continue
+            if name == "cpu":
+                requested = node.nonzero_cpu + pod_cpu
+            elif name == "memory":
+                requested = node.nonzero_memory + pod_memory
+            else:
+                requested = node.requested.get(name) + pod.request.get(name)
+            total += weight * self._per_resource(requested, node.allocatable.get(name))
+        return total // self._weight_sum
+
+
+class LeastAllocated(_Allocation):
+    """Prefer nodes with the most room left (spreads load)."""
+
+    name = "LeastAllocated"
+
+    def _per_resource(self, requested: int, allocatable: int) -> int:
+        if allocatable <= 0 or requested > allocatable:
+            return 0
+        return (allocatable - requested) * MAX_SCORE // allocatable
+
+
+class MostAllocated(_Allocation):
+    """Prefer nodes that are already busy (packs load, keeps whole nodes free)."""
+
+    name = "MostAllocated"
+
+    def _per_resource(self, requested: int, allocatable: int) -> int:
+        if allocatable <= 0 or requested > allocatable:
+            return 0
+        return requested * MAX_SCORE // allocatable

@@ -1,0 +1,53 @@
+"""GPU-aware score: keep GPU nodes for GPU pods.
+
+The raw score of a node is its node-scope GPU availability, allocatable minus
+requested (of non-terminal pods), for ``resource`` (default ``nvidia.com/gpu``). It is
+normalised against the maximum over the feasible nodes:
+
+- a pod that requests GPUs: ``mode: spread`` (default) scores 100 * free / max, i.e.
+  the node with the most free GPUs wins; ``mode: pack`` inverts that, filling nodes
+  that have fewest free GPUs first so that whole GPU nodes stay free for large jobs;
+- a pod that requests no GPU scores 100 * (max - free) / max: nodes without free GPUs
+  (no GPUs at all, or all in use) win, so CPU-only work does not take the CPU and
+  memory that GPU pods on a GPU node would need.
+
+When no feasible node has a free GPU every node scores 100 (the score is neutral).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from decice_scheduler.framework import MAX_SCORE, ScorePlugin
+from decice_scheduler.nodeinfo import NodeInfo
+from decice_scheduler.podinfo import PodInfo
+
+__all__ = ["GpuAware"]
+
+
+class GpuAware(ScorePlugin):
+    name = "GpuAware"
+
+    def __init__(self, args: Mapping[str, Any] | None = None) -> None:
+        super().__init__(args)
+        self._resource = str(self.args.get("resource", "nvidia.com/gpu"))
+        mode = str(self.args.get("mode", "spread"))
+        if mode not in ("spread", "pack"):
+            raise ValueError(f"GpuAware mode must be 'spread' or 'pack', got {mode!r}")
+        self._pack = mode == "pack"
+
+    def score(self, pod: PodInfo, node: NodeInfo) -> int:
+        free = node.allocatable.get(self._resource) - node.requested.get(self._resource)
+        return max(free, 0)
+
+    def normalize(self, pod: PodInfo, scores: dict[str, int]) -> None:
+        top = max(scores.values(), default=0)
+        if top <= 0:
+            for name in scores:
+                scores[name] = MAX_SCORE
+            return
+        wants_gpu = pod.request.get(self._resource) > 0
+        prefer_free = wants_gpu and not self._pack
+        for name, free in scores.items():
+            scores[name] = (free if prefer_free else top - free) * MAX_SCORE // top

@@ -1,0 +1,64 @@
+"""Filters on node identity and labels: unschedulable, nodeName, nodeSelector, affinity."""
+
+from __future__ import annotations
+
+from decice_scheduler.framework import SUCCESS, FilterPlugin, Status
+from decice_scheduler.nodeinfo import NodeInfo
+from decice_scheduler.podinfo import PodInfo
+
+__all__ = ["NodeAffinity", "NodeName", "NodeSelector", "NodeUnschedulable"]
+
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+
+
+class NodeUnschedulable(FilterPlugin):
+    """Cordoned nodes (spec.unschedulable) only take pods that tolerate the cordon taint."""
+
+    name = "NodeUnschedulable"
+    _REJECT = Status.unschedulable("node(s) were unschedulable", unresolvable=True)
+
+    def filter(self, pod: PodInfo, node: NodeInfo) -> Status:
+        if node.unschedulable and not pod.tolerates(UNSCHEDULABLE_TAINT, "", "NoSchedule"):
+            return self._REJECT
+        return SUCCESS
+
+
+class NodeName(FilterPlugin):
+    """A pod that names a node (spec.nodeName) fits only that node."""
+
+    name = "NodeName"
+    _REJECT = Status.unschedulable(
+        "node(s) didn't match the requested node name", unresolvable=True
+    )
+
+    def filter(self, pod: PodInfo, node: NodeInfo) -> Status:
+        if pod.node_name is not None and pod.node_name != node.name:
+            return self._REJECT
+        return SUCCESS
+
+
+class NodeSelector(FilterPlugin):
+    """spec.nodeSelector: every key must be a node label with exactly that value."""
+
+    name = "NodeSelector"
+    _REJECT = Status.unschedulable("node(s) didn't match Pod's node selector", unresolvable=True)
+
+    def filter(self, pod: PodInfo, node: NodeInfo) -> Status:
+        labels = node.labels
+        for key, value in pod.node_selector.items():
+            if labels.get(key) != value:
+                return self._REJECT
+        return SUCCESS
+
+
+class NodeAffinity(FilterPlugin):
+    """requiredDuringSchedulingIgnoredDuringExecution node affinity."""
+
+    name = "NodeAffinity"
+    _REJECT = Status.unschedulable("node(s) didn't match Pod's node affinity", unresolvable=True)
+
+    def filter(self, pod: PodInfo, node: NodeInfo) -> Status:
+        selector = pod.required_affinity
+        if selector is not None and not selector.matches(node.labels, node.name):
+            return self._REJECT
+        return SUCCESS

@@ -1,0 +1,44 @@
+"""Taints and tolerations: NoSchedule/NoExecute filter, PreferNoSchedule score."""
+
+from __future__ import annotations
+
+from decice_scheduler.framework import MAX_SCORE, SUCCESS, FilterPlugin, ScorePlugin, Status
+from decice_scheduler.nodeinfo import NodeInfo
+from decice_scheduler.podinfo import PodInfo
+
+__all__ = ["TaintToleration", "TaintTolerationScore"]
+
+_HARD_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+
+
+class TaintToleration(FilterPlugin):
+    """Rejects a node with a NoSchedule or NoExecute taint the pod does not tolerate."""
+
+    name = "TaintToleration"
+
+    def filter(self, pod: PodInfo, node: NodeInfo) -> Status:
+        for taint in node.taints:
+            if taint.effect in _HARD_EFFECTS and not pod.tolerates(*taint):
+                shown = f"{taint.key}: {taint.value}" if taint.value else taint.key
+                return Status.unschedulable(
+                    f"node(s) had untolerated taint {{{shown}}}", unresolvable=True
+                )
+        return SUCCESS
+
+
+class TaintTolerationScore(ScorePlugin):
+    """Fewer untolerated PreferNoSchedule taints score higher (none: 100)."""
+
+    name = "TaintTolerationScore"
+
+    def score(self, pod: PodInfo, node: NodeInfo) -> int:
+        return sum(
+            1
+            for taint in node.taints
+            if taint.effect == "PreferNoSchedule" and not pod.tolerates(*taint)
+        )
+
+    def normalize(self, pod: PodInfo, scores: dict[str, int]) -> None:
+        worst = max(scores.values(), default=0)
+        for name, count in scores.items():
+            scores[name] = MAX_SCORE if worst == 0 else MAX_SCORE * (worst - count) // worst

@@ -1,0 +1,251 @@
+"""Resource vectors and the effective request of a pod, computed from raw pod JSON.
+
+``Resources`` is treated as immutable: ``add``/``sub`` return new objects, so a snapshot
+can share them with the live state without copying.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from decice_scheduler.quantity import parse_cpu, parse_int
+
+__all__ = [
+    "DEFAULT_CPU_MILLIS",
+    "DEFAULT_MEMORY",
+    "Resources",
+    "fits",
+    "node_allocatable",
+    "nonzero_cpu_memory",
+    "parse_resource_list",
+    "pod_request",
+]
+
+_EMPTY: Mapping[str, int] = MappingProxyType({})
+
+# What scoring assumes for a pod that requests no cpu/memory (the kube-scheduler values),
+# so best-effort pods still spread instead of piling onto one "empty-looking" node.
+DEFAULT_CPU_MILLIS = 100
+DEFAULT_MEMORY = 200 * 1024 * 1024
+
+
+class Resources:
+    """CPU in millicores, memory in bytes, a pod count, and every other resource by name.
+
+    ``extended`` holds ephemeral-storage, hugepages-* and extended resources such as
+    nvidia.com/gpu; zero entries are dropped so equal vectors compare equal.
+    """
+
+    __slots__ = ("cpu", "extended", "memory", "pods")
+
+    cpu: int
+    memory: int
+    pods: int
+    extended: Mapping[str, int]
+
+    def __init__(
+        self,
+        cpu: int = 0,
+        memory: int = 0,
+        pods: int = 0,
+        extended: Mapping[str, int] | None = None,
+    ) -> None:
+        self.cpu = cpu
+        self.memory = memory
+        self.pods = pods
+        if extended:
+            cleaned = {k: v for k, v in extended.items() if v}
+            self.extended = cleaned if cleaned else _EMPTY
+        else:
+            self.extended = _EMPTY
+
+    def get(self, name: str) -> int:
+        """The amount of one resource by its Kubernetes name."""
+        if name == "cpu":
+            return self.cpu
+        if name == "memory":
+            return self.memory
+        if name == "pods":
+            return self.pods
+        return self.extended.get(name, 0)
+
+    def add(self, other: Resources) -> Resources:
+        return Resources(
+            self.cpu + other.cpu,
+            self.memory + other.memory,
+            self.pods + other.pods,
+            _merge(self.extended, other.extended, 1),
+        )
+
+    def sub(self, other: Resources) -> Resources:
+        return Resources(
+            self.cpu - other.cpu,
+            self.memory - other.memory,
+            self.pods - other.pods,
+            _merge(self.extended, other.extended, -1),
+        )
+
+    def is_zero(self) -> bool:
+        return not (self.cpu or self.memory or self.pods or self.extended)
+
+    def names(self) -> Iterable[str]:
+        """Names of the non-zero resources."""
+        if self.cpu:
+            yield "cpu"
+        if self.memory:
+            yield "memory"
+        if self.pods:
+            yield "pods"
+        yield from self.extended
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: self.get(name) for name in self.names()}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Resources):
+            return NotImplemented
+        return (
+            self.cpu == other.cpu
+            and self.memory == other.memory
+            and self.pods == other.pods
+            and dict(self.extended) == dict(other.extended)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        extra = f", extended={dict(self.extended)!r}" if self.extended else ""
+        return f"Resources(cpu={self.cpu}, memory={self.memory}, pods={self.pods}{extra})"
+
+
+def _merge(a: Mapping[str, int], b: Mapping[str, int], sign: int) -> Mapping[str, int] | None:
+    if not b:
+        return a
+    merged = dict(a)
+    for name, amount in b.items():
+        merged[name] = merged.get(name, 0) + sign * amount
+    return merged
+
+
+def parse_resource_list(raw: Mapping[str, Any] | None) -> Resources:
+    """A ResourceList (``{"cpu": "500m", "memory": "1Gi", ...}``) as ``Resources``."""
+    if not raw:
+        return Resources()
+    cpu = memory = pods = 0
+    extended: dict[str, int] = {}
+    for name, text in raw.items():
+        if name == "cpu":
+            cpu = parse_cpu(text)
+        elif name == "memory":
+            memory = parse_int(text)
+        elif name == "pods":
+            pods = parse_int(text)
+        else:
+            extended[name] = parse_int(text)
+    return Resources(cpu, memory, pods, extended)
+
+
+def node_allocatable(node: Mapping[str, Any]) -> Resources:
+    """status.allocatable of a raw Node (status.capacity when allocatable is absent)."""
+    status = node.get("status") or {}
+    return parse_resource_list(status.get("allocatable") or status.get("capacity"))
+
+
+def fits(request: Resources, allocatable: Resources, requested: Resources) -> list[str]:
+    """Reasons why ``request`` does not fit next to ``requested``; empty when it fits."""
+    reasons: list[str] = []
+    if request.pods and requested.pods + request.pods > allocatable.pods:
+        reasons.append("Too many pods")
+    if request.cpu and requested.cpu + request.cpu > allocatable.cpu:
+        reasons.append("Insufficient cpu")
+    if request.memory and requested.memory + request.memory > allocatable.memory:
+        reasons.append("Insufficient memory")
+    for name, amount in request.extended.items():
+        if amount > 0 and requested.extended.get(name, 0) + amount > allocatable.extended.get(
+            name, 0
+        ):
+            reasons.append(f"Insufficient {name}")
+    return reasons
+
+
+def nonzero_cpu_memory(request: Resources) -> tuple[int, int]:
+    """(cpu, memory) for scoring, with defaults where the pod requests none.
+
+    kube-scheduler applies the defaults per container; here they apply per pod.
+    """
+    return (request.cpu or DEFAULT_CPU_MILLIS, request.memory or DEFAULT_MEMORY)
+
+
+def _container_request(container: Mapping[str, Any]) -> dict[str, int]:
+    """Requests of one container; a resource with only a limit requests the limit."""
+    spec = container.get("resources")
+    if not spec:
+        return {}
+    requests = spec.get("requests") or {}
+    limits = spec.get("limits") or {}
+    out: dict[str, int] = {}
+    for name, text in limits.items():
+        if name not in requests:
+            out[name] = parse_cpu(text) if name == "cpu" else parse_int(text)
+    for name, text in requests.items():
+        out[name] = parse_cpu(text) if name == "cpu" else parse_int(text)
+    return out
+
+
+def _add_into(total: dict[str, int], part: Mapping[str, int]) -> None:
+    for name, amount in part.items():
+        total[name] = total.get(name, 0) + amount
+
+
+def _max_into(total: dict[str, int], part: Mapping[str, int]) -> None:
+    for name, amount in part.items():
+        if amount > total.get(name, 0):
+            total[name] = amount
+
+
+def pod_request(pod: Mapping[str, Any]) -> Resources:
+    """The effective request of a raw pod, as the scheduler must count it.
+
+    Per resource: max(app containers + sidecars, the largest init step) + overhead,
+    where sidecars are init containers with ``restartPolicy: Always`` and a regular
+    init container's step is its own request plus the sidecars started before it.
+    Pod-level ``spec.resources`` (cpu/memory) replaces the container sum when set.
+    The pod itself counts 1 against the node's pod capacity.
+    """
+    spec = pod.get("spec") or {}
+    total: dict[str, int] = {}
+    for container in spec.get("containers") or ():
+        _add_into(total, _container_request(container))
+
+    init_containers = spec.get("initContainers")
+    if init_containers:
+        sidecars: dict[str, int] = {}
+        peak: dict[str, int] = {}
+        for container in init_containers:
+            request = _container_request(container)
+            if container.get("restartPolicy") == "Always":
+                _add_into(sidecars, request)
+                _add_into(total, request)
+                _max_into(peak, sidecars)
+            else:
+                step = dict(sidecars)
+                _add_into(step, request)
+                _max_into(peak, step)
+        _max_into(total, peak)
+
+    pod_level = spec.get("resources")
+    if pod_level:
+        for name, amount in _container_request({"resources": pod_level}).items():
+            if name in ("cpu", "memory"):
+                total[name] = amount
+
+    overhead = spec.get("overhead")
+    if overhead:
+        _add_into(total, parse_resource_list(overhead).as_dict())
+
+    cpu = total.pop("cpu", 0)
+    memory = total.pop("memory", 0)
+    total.pop("pods", None)
+    return Resources(cpu, memory, 1, total)

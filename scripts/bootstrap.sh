@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Set up a fresh Debian/Ubuntu machine for decice: host packages (when root),
+# a virtualenv in .venv with decice and its test tools. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+WITH_TEST=${WITH_TEST:-0}
+
+# Host packages: podman nodes (lab), SLURM submit host, the offline control-plane build (sim).
+APT_PACKAGES=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs openssh-client
+              munge slurm-client rsync golang-1.19-go golang-github-modern-go-reflect2-dev
+              dpkg-dev patch quilt unzip npm iproute2)
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "bootstrap: installing host packages: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "bootstrap: not root; missing host packages (lab/sim need them): ${missing[*]}" >&2
+  fi
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
+if [ "$WITH_TEST" = 1 ]; then
+  "$VENV/bin/python" -m pip install -q -e ".[test]"
+else
+  "$VENV/bin/python" -m pip install -q -e .
+fi
+echo "bootstrap: ready ($("$VENV/bin/decice" --help >/dev/null && echo "decice installed in $VENV"))"

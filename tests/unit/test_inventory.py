@@ -1,0 +1,117 @@
+"""Allocation sources and role rules -> inventory groups."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from decice import inventory, spec
+from decice.allocation import Machine, pbs, slurm, static
+from decice.errors import InputError
+from decice.spec_model import AllocationSpec
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    ("nodelist", "expected"),
+    [
+        ("node[1-3,7]", ["node1", "node2", "node3", "node7"]),
+        ("gpu[01-04],cpu[1-2]", ["gpu01", "gpu02", "gpu03", "gpu04", "cpu1", "cpu2"]),
+        ("login", ["login"]),
+        ("n[1-2],n[2-3]", ["n1", "n2", "n3"]),
+    ],
+)
+def test_slurm_nodelists(nodelist: str, expected: list[str]) -> None:
+    alloc = slurm.from_environment({"SLURM_JOB_NODELIST": nodelist, "SLURM_JOB_ID": "42"})
+    assert [m.name for m in alloc.machines] == expected
+    assert alloc.job_id == "42"
+
+
+def test_slurm_outside_a_job_is_a_clear_error() -> None:
+    with pytest.raises(InputError, match="not inside a SLURM job"):
+        slurm.from_environment({})
+
+
+def test_pbs_nodefile_deduplicated(tmp_path: Path) -> None:
+    nodefile = tmp_path / "nodes"
+    nodefile.write_text("cn01\ncn01\ncn02\ncn01\ncn03\n")
+    alloc = pbs.from_environment({"PBS_NODEFILE": str(nodefile), "PBS_JOBID": "7.server"})
+    assert [m.name for m in alloc.machines] == ["cn01", "cn02", "cn03"]
+
+
+def test_pbs_empty_nodefile(tmp_path: Path) -> None:
+    nodefile = tmp_path / "nodes"
+    nodefile.write_text("\n")
+    with pytest.raises(InputError, match="lists no hosts"):
+        pbs.from_environment({"PBS_NODEFILE": str(nodefile)})
+
+
+def test_hosts_file_errors_name_the_line(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("a 10.0.0.1\n# comment\nb\na\n")
+    with pytest.raises(InputError, match=r"hosts:4: host 'a' is listed twice"):
+        static.read_hosts_file(hosts)
+
+
+def _machines(*names: str) -> tuple[Machine, ...]:
+    return tuple(Machine(n) for n in names)
+
+
+def test_first_k_are_control_plane_rest_workers() -> None:
+    groups = inventory.assign_roles(
+        _machines("n1", "n2", "n3", "n4", "n5"), AllocationSpec(control_plane=3, edge=["n5"])
+    )
+    assert groups["kube_control_plane"] == ["n1", "n2", "n3"]
+    assert groups["etcd"] == ["n1", "n2", "n3"]
+    assert groups["kube_node"] == ["n4"]
+    assert groups["decice_edge"] == ["n5"]
+
+
+def test_single_host_is_control_plane_and_worker() -> None:
+    groups = inventory.assign_roles(_machines("solo"), AllocationSpec())
+    assert groups["kube_control_plane"] == ["solo"]
+    assert groups["kube_node"] == ["solo"]
+
+
+def test_even_etcd_from_explicit_roles_is_refused() -> None:
+    machines = (Machine("a", roles=("control_plane", "etcd")), Machine("b", roles=("etcd",)))
+    with pytest.raises(InputError, match="odd number"):
+        inventory.assign_roles(machines, AllocationSpec())
+
+
+def test_unknown_edge_host_is_refused() -> None:
+    with pytest.raises(InputError, match=r"allocation.edge: ghost not among"):
+        inventory.assign_roles(_machines("n1", "n2"), AllocationSpec(edge=["ghost"]))
+
+
+def test_too_few_hosts_for_control_plane() -> None:
+    with pytest.raises(InputError, match="3 control-plane hosts wanted"):
+        inventory.assign_roles(_machines("n1", "n2"), AllocationSpec(control_plane=3))
+
+
+def test_static_inventory_with_jump_host(tmp_path: Path) -> None:
+    text = (
+        "name: x\ntarget: static\nallocation: {jump_host: login01}\nhosts:\n"
+        "  - {name: a, address: 10.1.0.1, roles: [control_plane, etcd]}\n"
+        "  - {name: b, address: 10.1.0.2, roles: [worker]}\n"
+    )
+    (tmp_path / "decice.yaml").write_text(text)
+    loaded = spec.load(None, cwd=tmp_path)
+    inv = inventory.build(loaded, inventory.allocate(loaded))
+    hosts = inv["all"]["hosts"]
+    assert hosts["a"]["ansible_host"] == "10.1.0.1"
+    assert hosts["b"]["ansible_ssh_common_args"] == "-o ProxyJump=login01"
+    assert inventory.host_roles(inv)["a"] == ["kube_control_plane", "etcd"]
+    assert inventory.host_roles(inv)["b"] == ["kube_node"]
+    sha = inventory.write(inv, tmp_path / "run" / "inventory.yml")
+    assert len(sha) == 64
+    assert (tmp_path / "run" / "inventory.yml").stat().st_mode & 0o777 == 0o600
+
+
+def test_sim_inventory_has_only_localhost(tmp_path: Path) -> None:
+    loaded = spec.load(None, cwd=tmp_path)
+    inv = inventory.build(loaded, inventory.allocate(loaded))
+    assert list(inv["all"]["hosts"]) == ["localhost"]
+    assert all(not body.get("hosts") for body in inv["all"]["children"].values())

@@ -1,0 +1,148 @@
+import pytest
+
+from decice_scheduler.builders import container, make_node, make_pod
+from decice_scheduler.resources import (
+    Resources,
+    fits,
+    node_allocatable,
+    parse_resource_list,
+    pod_request,
+)
+
+pytestmark = pytest.mark.unit
+
+MI = 2**20
+GPU = "nvidia.com/gpu"
+
+
+def test_resources_arithmetic_is_immutable_and_drops_zero_extended():
+    a = Resources(100, 10, 1, {GPU: 1})
+    b = Resources(50, 5, 1, {GPU: 1, "example.com/x": 2})
+    total = a.add(b)
+    assert total == Resources(150, 15, 2, {GPU: 2, "example.com/x": 2})
+    assert a == Resources(100, 10, 1, {GPU: 1})
+    back = total.sub(b)
+    assert back == a
+    assert dict(back.extended) == {GPU: 1}  # example.com/x: 0 dropped
+    assert total.get(GPU) == 2 and total.get("missing") == 0
+
+
+def test_fits_reports_each_missing_resource():
+    alloc = parse_resource_list({"cpu": "2", "memory": "1Gi", "pods": "2", GPU: "1"})
+    used = Resources(1500, 0, 2, {GPU: 1})
+    req = Resources(600, 10, 1, {GPU: 1, "example.com/fpga": 1})
+    assert fits(req, alloc, used) == [
+        "Too many pods",
+        "Insufficient cpu",
+        "Insufficient nvidia.com/gpu",
+        "Insufficient example.com/fpga",
+    ]
+    assert fits(Resources(500, 10, 1), alloc, Resources(1500, 0, 1)) == []
+
+
+def test_node_allocatable_falls_back_to_capacity():
+    node = make_node("n", cpu="8", memory="16Gi", extended={GPU: "4"})
+    assert node_allocatable(node) == Resources(8000, 16 * 2**30, 110, {GPU: 4})
+    del node["status"]["allocatable"]
+    assert node_allocatable(node).cpu == 8000
+
+
+def test_sum_of_app_containers_and_pod_counts_one():
+    pod = make_pod(
+        "p",
+        containers=[
+            container("a", {"cpu": "250m", "memory": "64Mi"}),
+            container("b", {"cpu": "250m", "memory": "64Mi", GPU: "1"}),
+        ],
+    )
+    assert pod_request(pod) == Resources(500, 128 * MI, 1, {GPU: 1})
+
+
+def test_limits_only_become_requests_per_resource():
+    pod = make_pod(
+        "p",
+        containers=[container("a", requests={"cpu": "100m"}, limits={"cpu": "1", "memory": "1Gi"})],
+    )
+    assert pod_request(pod) == Resources(100, 2**30, 1)
+
+
+def test_no_resources_at_all():
+    pod = make_pod("p", containers=[{"name": "c", "image": "x"}])
+    assert pod_request(pod) == Resources(0, 0, 1)
+
+
+def test_largest_init_container_wins_over_smaller_apps():
+    pod = make_pod(
+        "p",
+        containers=[container("app", {"cpu": "100m", "memory": "100Mi"})],
+        init_containers=[
+            container("init1", {"cpu": "2", "memory": "10Mi"}),
+            container("init2", {"cpu": "500m", "memory": "50Mi"}),
+        ],
+    )
+    # per resource: cpu from init1, memory from the app
+    assert pod_request(pod) == Resources(2000, 100 * MI, 1)
+
+
+def test_sidecars_add_to_apps_and_to_later_init_steps():
+    pod = make_pod(
+        "p",
+        containers=[container("app", {"cpu": "1"})],
+        init_containers=[
+            container("early-init", {"cpu": "1500m"}),
+            container("sidecar", {"cpu": "500m"}, restart_policy="Always"),
+            container("late-init", {"cpu": "1200m"}),
+        ],
+    )
+    # apps + sidecar = 1500; early step = 1500; late step = 1200 + 500 sidecar = 1700
+    assert pod_request(pod).cpu == 1700
+
+
+def test_sidecar_started_after_an_init_container_is_not_in_its_step():
+    pod = make_pod(
+        "p",
+        containers=[container("app", {"cpu": "100m"})],
+        init_containers=[
+            container("init", {"cpu": "1"}),
+            container("sidecar", {"cpu": "300m"}, restart_policy="Always"),
+        ],
+    )
+    # init step = 1000 (sidecar not yet running); apps + sidecar = 400
+    assert pod_request(pod).cpu == 1000
+
+
+def test_sidecars_accumulate_in_later_sidecar_steps():
+    pod = make_pod(
+        "p",
+        containers=[container("app", {"memory": "10Mi"})],
+        init_containers=[
+            container("s1", {"memory": "100Mi"}, restart_policy="Always"),
+            container("s2", {"memory": "100Mi"}, restart_policy="Always"),
+        ],
+    )
+    assert pod_request(pod).memory == 210 * MI
+
+
+def test_overhead_is_added_after_the_max():
+    pod = make_pod(
+        "p",
+        containers=[container("app", {"cpu": "1", "memory": "1Gi"})],
+        init_containers=[container("init", {"cpu": "2"})],
+        overhead={"cpu": "250m", "memory": "120Mi"},
+    )
+    assert pod_request(pod) == Resources(2250, 2**30 + 120 * MI, 1)
+
+
+def test_pod_level_resources_replace_container_sum_for_cpu_and_memory():
+    pod = make_pod(
+        "p",
+        containers=[container("a", {"cpu": "100m", "memory": "10Mi", GPU: "1"})],
+        resources={"requests": {"cpu": "2"}, "limits": {"memory": "1Gi"}},
+    )
+    assert pod_request(pod) == Resources(2000, 2**30, 1, {GPU: 1})
+
+
+def test_junk_quantity_in_a_pod_raises():
+    pod = make_pod("p", requests={"cpu": "lots"})
+    with pytest.raises(ValueError, match="lots"):
+        pod_request(pod)
