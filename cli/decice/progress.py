@@ -98,7 +98,7 @@ def failure_panel(record: RunRecord) -> Group:
 def print_summary(record: RunRecord, console: Console) -> None:
     """The final summary: phase table, host recap, failures in plain words."""
     seconds = f"{record.seconds:.1f}s" if record.seconds is not None else "?"
-    colour = "green" if record.status == "ok" else "red"
+    colour = {"ok": "green", "incomplete": "yellow"}.get(record.status, "red")
     console.print(
         Text.assemble(
             ("decice ", "bold"),
@@ -123,6 +123,8 @@ def print_summary(record: RunRecord, console: Console) -> None:
         console.print(recap)
     for note in record.notes:
         console.print(Text(f"note: {note}", style="yellow"))
+    for component, why in record.not_done.items():
+        console.print(Text(f"not done: {component}: {why}", style="yellow"))
     if record.failures:
         console.print(failure_panel(record))
 

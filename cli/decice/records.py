@@ -176,13 +176,14 @@ class RunRecord:
     inventory_sha256: str = ""
     versions: dict[str, str] = field(default_factory=dict)
     phases: list[PhaseRecord] = field(default_factory=list)
-    status: str = "running"  # running|ok|failed|interrupted
+    status: str = "running"  # running|ok|incomplete|failed|interrupted
     started: str = field(default_factory=now)
     ended: str | None = None
     seconds: float | None = None
     stats: dict[str, dict[str, int]] = field(default_factory=dict)
     failures: list[dict[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    not_done: dict[str, str] = field(default_factory=dict)  # component -> why it was not done
     artifacts: str = ""
 
     def phase(self, name: str) -> PhaseRecord:

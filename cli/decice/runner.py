@@ -51,6 +51,7 @@ class RunFinished:
     status: str  # successful | failed | canceled | timeout
     rc: int
     stats: dict[str, dict[str, int]] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)  # set_stats (per_host: false)
 
 
 Event = PlayStarted | NoHostsMatched | TaskStarted | HostResult | RunFinished
@@ -153,7 +154,7 @@ class _Translator:
         if name == "runner_on_skipped":
             return HostResult(self.phase, host, task, "skipped")
         if name == "playbook_on_stats":
-            return RunFinished("", 0, _stats(data))
+            return RunFinished("", 0, _stats(data), dict(data.get("artifact_data") or {}))
         return None
 
 
@@ -204,15 +205,15 @@ def run_playbook(run: PlaybookRun, cancel: threading.Event | None = None) -> Ite
         cancel_callback=(lambda: cancel.is_set()) if cancel else None,
         finished_callback=lambda _runner: events.put(None),
     )
-    stats: dict[str, dict[str, int]] = {}
+    final = RunFinished("", 0)
     while True:
         raw = events.get()
         if raw is None:
             break
         event = translate(raw)
         if isinstance(event, RunFinished):
-            stats = event.stats
+            final = event
         elif event is not None:
             yield event
     thread.join()
-    yield RunFinished(str(runner.status), int(runner.rc or 0), stats)
+    yield RunFinished(str(runner.status), int(runner.rc or 0), final.stats, final.data)

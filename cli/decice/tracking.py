@@ -9,6 +9,9 @@ from decice.records import PhaseRecord, RunRecord
 from decice.runner import Event, HostResult, NoHostsMatched, PlayStarted, RunFinished, TaskStarted
 
 COUNTED = ("ok", "changed", "failed", "unreachable", "skipped")
+# Roles that could not do their work (not implemented, artifacts unreachable)
+# say so with set_stats(per_host: false) under this key: {component: reason}.
+NOT_DONE_KEY = "decice_not_done"
 
 
 class PhaseTracker:
@@ -107,4 +110,10 @@ class PhaseTracker:
                     f"see {self.record.artifacts}",
                 }
             )
-        self.record.status = "failed" if failed_run else "ok"
+        not_done = event.data.get(NOT_DONE_KEY) or {}
+        if isinstance(not_done, dict):
+            self.record.not_done = {str(k): str(v) for k, v in sorted(not_done.items())}
+        if failed_run:
+            self.record.status = "failed"
+        else:
+            self.record.status = "incomplete" if self.record.not_done else "ok"

@@ -165,3 +165,40 @@ def test_phase_of_and_failure_message() -> None:
         "item"
     )
     assert failure_message({"rc": 3}) == "failed with return code 3"
+
+
+NOT_DONE_PLAYBOOK = """\
+- name: "addons: a placeholder that says it did nothing"
+  hosts: localhost
+  gather_facts: false
+  tags: [addons]
+  tasks:
+    - name: Say volcano was not installed
+      ansible.builtin.set_stats:
+        data:
+          decice_not_done:
+            volcano: not implemented yet
+        per_host: false
+    - name: Say sedna was not installed
+      ansible.builtin.set_stats:
+        data:
+          decice_not_done:
+            sedna: artifacts unreachable
+        per_host: false
+"""
+
+
+def test_not_done_components_make_the_run_incomplete(tmp_path: Path) -> None:
+    (tmp_path / "play.yml").write_text(NOT_DONE_PLAYBOOK)
+    (tmp_path / "inv.yml").write_text(INVENTORY)
+    run = PlaybookRun(tmp_path / "play.yml", tmp_path / "inv.yml", tmp_path / "pdd")
+    record = records.RunRecord(
+        id="r", command="up", argv=[], pid=os.getpid(), host="h", spec="s",
+        spec_sha256="", target="sim",
+    )
+    tracker = PhaseTracker(record, ["addons"])
+    for event in run_playbook(run):
+        tracker.apply(event)
+    assert record.not_done == {"sedna": "artifacts unreachable", "volcano": "not implemented yet"}
+    assert record.status == "incomplete"
+    assert record.phase("addons").status == "ok"
