@@ -29,6 +29,12 @@ runs_app = typer.Typer(
     help="List and show run records.", epilog=EPILOG, invoke_without_command=True
 )
 app.add_typer(runs_app, name="runs")
+lab_app = typer.Typer(
+    help="Local lab nodes: systemd containers (podman), optionally SLURM.",
+    epilog=EPILOG,
+    no_args_is_help=True,
+)
+app.add_typer(lab_app, name="lab")
 
 SpecOpt = Annotated[
     Path | None,
@@ -190,6 +196,55 @@ def runs_show(
         from decice import commands
 
         return commands.show_run(run_id, spec, json_out=json_out)
+
+    _guard(work)
+
+
+LabName = Annotated[
+    str | None, typer.Option("--name", help="Lab name (default: the spec's lab.name).")
+]
+
+
+@lab_app.command("create")
+def lab_create(
+    spec: SpecOpt = None,
+    json_out: JsonOpt = False,
+    name: LabName = None,
+    nodes: Annotated[int | None, typer.Option("--nodes", "-n", help="Number of nodes.")] = None,
+    slurm: Annotated[
+        bool | None, typer.Option("--slurm/--no-slurm", help="Run SLURM on them.")
+    ] = None,
+) -> None:
+    """Create (or reuse) a lab: nodes with SSH, an inventory, an ssh config, SLURM if asked."""
+
+    def work() -> int:
+        from decice import commands
+
+        return commands.lab_create(spec, name=name, nodes=nodes, slurm=slurm, json_out=json_out)
+
+    _guard(work)
+
+
+@lab_app.command("destroy")
+def lab_destroy(spec: SpecOpt = None, json_out: JsonOpt = False, name: LabName = None) -> None:
+    """Remove a lab's containers, network, daemons and state."""
+
+    def work() -> int:
+        from decice import commands
+
+        return commands.lab_destroy(spec, name=name, json_out=json_out)
+
+    _guard(work)
+
+
+@lab_app.command("status")
+def lab_status(spec: SpecOpt = None, json_out: JsonOpt = False, name: LabName = None) -> None:
+    """Show a lab: nodes and IPs, inventory, ssh config, SLURM environment."""
+
+    def work() -> int:
+        from decice import commands
+
+        return commands.lab_status(spec, name=name, json_out=json_out)
 
     _guard(work)
 

@@ -112,3 +112,84 @@ def write_starter(target: str, path: Path, *, force: bool) -> int:
     path.write_text(text, encoding="utf-8")
     _err.print(f"wrote {path} (target {target}); edit it, then `decice plan -f {path}`")
     return EXIT_OK
+
+
+def _lab_settings(
+    spec_path: Path | None, name: str | None, nodes: int | None, slurm: bool | None
+) -> tuple[spec.LoadedSpec, str, int, bool]:
+    loaded = spec.load(spec_path)
+    lab_spec = loaded.spec.lab
+    return (
+        loaded,
+        name or lab_spec.name,
+        lab_spec.nodes if nodes is None else nodes,
+        lab_spec.slurm if slurm is None else slurm,
+    )
+
+
+def _lab_summary(info: Any) -> dict[str, Any]:
+    data = info.to_dict()
+    data["slurm_env"] = info.slurm_env_file
+    return data
+
+
+def lab_create(
+    spec_path: Path | None,
+    *,
+    name: str | None,
+    nodes: int | None,
+    slurm: bool | None,
+    json_out: bool,
+) -> int:
+    from decice import lab
+
+    loaded, lab_name, count, with_slurm = _lab_settings(spec_path, name, nodes, slurm)
+    if not 1 <= count <= 64:
+        raise InputError(f"--nodes {count}: a lab has 1 to 64 nodes")
+    with records.locked(loaded.state_dir, "lab create"):
+        info = lab.create(lab_name, count, with_slurm, loaded.state_dir)
+    if json_out:
+        _emit_json(_lab_summary(info))
+    else:
+        _render_lab(info)
+    return EXIT_OK
+
+
+def lab_destroy(spec_path: Path | None, *, name: str | None, json_out: bool) -> int:
+    from decice import lab
+
+    loaded, lab_name, _, _ = _lab_settings(spec_path, name, None, None)
+    with records.locked(loaded.state_dir, "lab destroy"):
+        existed = lab.destroy(lab_name, loaded.state_dir)
+    if json_out:
+        _emit_json({"name": lab_name, "destroyed": existed})
+    else:
+        _err.print(f"lab {lab_name}: " + ("destroyed" if existed else "nothing to destroy"))
+    return EXIT_OK
+
+
+def lab_status(spec_path: Path | None, *, name: str | None, json_out: bool) -> int:
+    from decice import lab
+
+    loaded, lab_name, _, _ = _lab_settings(spec_path, name, None, None)
+    info = lab.status(lab_name, loaded.state_dir)
+    if info is None:
+        if json_out:
+            _emit_json(None)
+            return EXIT_OK
+        raise InputError(f"no lab {lab_name!r} in {loaded.state_dir}\n    fix: decice lab create")
+    if json_out:
+        _emit_json(_lab_summary(info))
+    else:
+        _render_lab(info)
+    return EXIT_OK
+
+
+def _render_lab(info: Any) -> None:
+    _out.print(f"[bold]lab {info.name}[/] ({len(info.nodes)} nodes, network {info.network})")
+    for node in info.nodes:
+        _out.print(f"  {node.name:<10} {node.ip:<15} {node.state}")
+    _out.print(f"inventory  {info.inventory}")
+    _out.print(f"ssh config {info.ssh_config}")
+    if info.slurm_env_file:
+        _out.print(f"slurm      source {info.slurm_env_file}")

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from decice.allocation import Allocation, Machine, pbs, slurm, static
+from decice.allocation import Allocation, Machine, lab, pbs, slurm, static
 from decice.errors import InputError
 from decice.spec import LoadedSpec
 from decice.spec_model import AllocationSpec
@@ -24,8 +24,12 @@ _ROLE_GROUP = {
 }
 
 
-def allocate(loaded: LoadedSpec) -> Allocation | None:
-    """The machines of this spec's target; None for targets without real hosts (sim)."""
+def allocate(loaded: LoadedSpec, *, create: bool = False) -> Allocation | None:
+    """The machines of this spec's target; None for targets without real hosts (sim).
+
+    ``create``: bring up what the target needs first (the lab's containers); only
+    called under the state dir's lock.
+    """
     spec, base = loaded.spec, (loaded.source.parent if loaded.source else Path.cwd())
     if spec.target == "sim":
         return None
@@ -35,7 +39,11 @@ def allocate(loaded: LoadedSpec) -> Allocation | None:
         return slurm.from_environment()
     if spec.target == "pbs":
         return pbs.from_environment()
-    raise InputError(f"target {spec.target}: its machines come from `decice lab` (not wired yet)")
+    if spec.target == "lab":
+        if create:
+            return lab.ensure(spec.lab, loaded.state_dir)
+        return lab.planned(spec.lab, loaded.state_dir)
+    raise InputError(f"target {spec.target}: unknown")
 
 
 def assign_roles(machines: tuple[Machine, ...], rules: AllocationSpec) -> dict[str, list[str]]:
@@ -79,6 +87,25 @@ def assign_roles(machines: tuple[Machine, ...], rules: AllocationSpec) -> dict[s
     return groups
 
 
+def _ssh_args(loaded: LoadedSpec) -> str:
+    """ssh options from the spec: an ssh config (names that do not resolve) and a jump host."""
+    rules = loaded.spec.allocation
+    args = []
+    if rules.ssh_config:
+        path = Path(rules.ssh_config).expanduser()
+        if not path.is_absolute() and loaded.source is not None:
+            path = loaded.source.parent / path
+        if not path.is_file():
+            raise InputError(
+                f"allocation.ssh_config: {path} does not exist\n"
+                "    fix: point it at an ssh config that maps the allocated names to addresses"
+            )
+        args.append(f"-F {path}")
+    if rules.jump_host:
+        args.append(f"-o ProxyJump={rules.jump_host}")
+    return " ".join(args)
+
+
 def build(loaded: LoadedSpec, allocation: Allocation | None) -> dict[str, Any]:
     """The inventory as a YAML-ready dict."""
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
@@ -94,10 +121,10 @@ def build(loaded: LoadedSpec, allocation: Allocation | None) -> dict[str, Any]:
             if hv.get("ansible_connection") == "local":
                 hv.setdefault("ansible_python_interpreter", sys.executable)
             hostvars[machine.name] = hv
-        if loaded.spec.allocation.jump_host:
-            jump = loaded.spec.allocation.jump_host
-            for hv in hostvars.values():
-                hv.setdefault("ansible_ssh_common_args", f"-o ProxyJump={jump}")
+        ssh_args = _ssh_args(loaded)
+        if ssh_args:
+            for name in (m.name for m in allocation.machines):
+                hostvars[name].setdefault("ansible_ssh_common_args", ssh_args)
         for group in GROUPS:
             children[group] = {"hosts": dict.fromkeys(groups[group])}
     children["k8s_cluster"] = {"children": {"kube_control_plane": {}, "kube_node": {}}}

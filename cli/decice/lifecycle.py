@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from decice import inventory, paths, phases, records, versions
+from decice.errors import DeciceError
 from decice.progress import View
 from decice.records import RunRecord, RunStore
 from decice.runner import PlaybookRun, RunFinished, run_playbook
@@ -63,6 +64,22 @@ def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -
         run_dir = store.create(record)
         if lock.took_over:
             record.notes.append(f"took over a stale lock of {lock.took_over.describe()}")
+        if loaded.spec.target == "lab" and command == "up":
+            try:
+                inv = inventory.build(loaded, inventory.allocate(loaded, create=True))
+            except DeciceError as exc:
+                record.status, record.ended = "failed", records.now()
+                record.failures.append(
+                    {
+                        "phase": "-",
+                        "host": "-",
+                        "task": "create the lab",
+                        "status": "failed",
+                        "message": str(exc),
+                    }
+                )
+                store.save(record)
+                raise
         record.inventory_sha256 = inventory.write(inv, run_dir / "inventory.yml")
         run = PlaybookRun(
             playbook=playbook_for(command),

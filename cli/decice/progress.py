@@ -18,6 +18,7 @@ STATUS_STYLE = {
     "pending": ("·", "dim"),
     "running": ("…", "cyan"),
     "ok": ("✓", "green"),
+    "incomplete": ("!", "yellow"),
     "failed": ("✗", "red"),
     "skipped": ("-", "yellow"),
     "not run": ("-", "dim"),

@@ -113,6 +113,12 @@ class PhaseTracker:
         not_done = event.data.get(NOT_DONE_KEY) or {}
         if isinstance(not_done, dict):
             self.record.not_done = {str(k): str(v) for k, v in sorted(not_done.items())}
+        names = {phase.name for phase in self.record.phases}
+        for component in self.record.not_done:
+            # add-on roles live in the addons phase; the others are named like their phase
+            owner = component if component in names else "addons"
+            if owner in names and self.record.phase(owner).status == "ok":
+                self.record.phase(owner).status = "incomplete"
         if failed_run:
             self.record.status = "failed"
         else:

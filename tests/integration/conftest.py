@@ -1,0 +1,61 @@
+"""Session fixtures for integration tests: podman lab nodes and a SLURM lab.
+
+Each fixture brings its lab up once per test session (names carry the pid, so
+concurrent sessions do not collide) and destroys it at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from decice import lab
+from tests.support import require
+
+
+def require_lab_prerequisites() -> None:
+    """Lab nodes are privileged podman containers: root, and podman (or apt to get it)."""
+    require(os.geteuid() == 0, "lab nodes need root (privileged podman containers)")
+    require(
+        shutil.which("podman") is not None or shutil.which("apt-get") is not None,
+        "lab nodes need podman (`apt-get install -y podman runc debootstrap`)",
+    )
+
+
+def lab_name(kind: str) -> str:
+    """A lab name unique to this test session."""
+    return f"t{kind}{os.getpid()}"
+
+
+@pytest.fixture(scope="session")
+def lab_state_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """State root shared by the session's labs (kept short: munge sockets live below it)."""
+    return tmp_path_factory.mktemp("labs")
+
+
+@pytest.fixture(scope="session")
+def lab_nodes(lab_state_root: Path) -> Iterator[lab.LabInfo]:
+    """Two plain systemd nodes reachable over SSH; see LabInfo for inventory/ssh config."""
+    require_lab_prerequisites()
+    name = lab_name("n")
+    info = lab.create(name, 2, False, lab_state_root)
+    try:
+        yield info
+    finally:
+        lab.destroy(name, lab_state_root)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(lab_state_root: Path) -> Iterator[lab.LabInfo]:
+    """A three-node SLURM lab; the host is a submit host with ``info.slurm_env``."""
+    require_lab_prerequisites()
+    name = lab_name("s")
+    info = lab.create(name, 3, True, lab_state_root)
+    try:
+        yield info
+    finally:
+        lab.destroy(name, lab_state_root)

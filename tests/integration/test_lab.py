@@ -1,0 +1,158 @@
+"""Lab nodes: SSH and Ansible reach them, create is idempotent, destroy leaves nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from decice import lab
+from decice.lab.podman import Podman, write_containers_conf
+from tests.integration.conftest import lab_name, require_lab_prerequisites
+
+pytestmark = pytest.mark.lab
+
+
+def ssh(info: lab.LabInfo, host: str, command: str) -> str:
+    proc = subprocess.run(
+        ["ssh", "-F", info.ssh_config, "-o", "BatchMode=yes", host, command],
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    return proc.stdout.strip()
+
+
+def running(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie has an empty cmdline and does not count)."""
+    try:
+        return bool(Path(f"/proc/{pid}/cmdline").read_bytes())
+    except OSError:
+        return False
+
+
+def podman(tmp_path: Path) -> Podman:
+    return Podman(write_containers_conf(tmp_path))
+
+
+def test_nodes_answer_ssh_by_name(lab_nodes):
+    assert [n.name for n in lab_nodes.nodes] == ["node1", "node2"]
+    for node in lab_nodes.nodes:
+        assert ssh(lab_nodes, node.name, "hostname") == node.name
+        assert node.state == "running"
+
+
+def test_nodes_are_distinct_machines(lab_nodes):
+    ids = {ssh(lab_nodes, n.name, "cat /etc/machine-id") for n in lab_nodes.nodes}
+    keys = {
+        ssh(lab_nodes, n.name, "ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub")
+        for n in lab_nodes.nodes
+    }
+    assert len(ids) == 2 and all(len(i) == 32 for i in ids)
+    assert len(keys) == 2
+
+
+def test_nodes_are_ready_for_installers(lab_nodes):
+    out = ssh(
+        lab_nodes, "node2",
+        "modprobe br_netfilter && modprobe overlay && ping -c1 -W2 node1 >/dev/null && "
+        "systemctl is-system-running",
+    )
+    assert out == "running"
+
+
+def test_ansible_pings_every_node(lab_nodes):
+    ansible = Path(sys.executable).with_name("ansible")
+    proc = subprocess.run(
+        [str(ansible), "all", "-m", "ansible.builtin.ping", "-i", lab_nodes.inventory],
+        capture_output=True, text=True, timeout=180, cwd="/tmp",
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("SUCCESS") == 2
+
+
+def test_status_is_json_and_matches(lab_nodes):
+    root = Path(lab_nodes.state_dir).parent.parent
+    info = lab.status(lab_nodes.name, root)
+    assert info is not None
+    data = json.loads(json.dumps(info.to_dict()))
+    assert data["name"] == lab_nodes.name
+    assert [(n["name"], n["ip"]) for n in data["nodes"]] == [
+        (n.name, n.ip) for n in lab_nodes.nodes
+    ]
+    assert data["slurm_env"] is None
+    assert Path(data["inventory"]).is_file() and Path(data["ssh_config"]).is_file()
+    assert Path(data["ssh_key"]).stat().st_mode & 0o777 == 0o600
+
+
+def test_create_again_recreates_nothing(lab_nodes, tmp_path):
+    pm = podman(tmp_path)
+    before = {c: pm("inspect", "--format", "{{.Id}} {{.State.StartedAt}}", c).stdout
+              for c in lab_nodes.containers()}
+    key_before = Path(lab_nodes.ssh_key).read_text()
+    root = Path(lab_nodes.state_dir).parent.parent
+    again = lab.create(lab_nodes.name, 2, False, root)
+    after = {c: pm("inspect", "--format", "{{.Id}} {{.State.StartedAt}}", c).stdout
+             for c in again.containers()}
+    assert again.to_dict() == lab_nodes.to_dict()
+    assert after == before
+    assert Path(again.ssh_key).read_text() == key_before
+
+
+def test_create_refuses_a_different_shape(lab_nodes):
+    root = Path(lab_nodes.state_dir).parent.parent
+    with pytest.raises(lab.LabError, match="exists with 2 nodes"):
+        lab.create(lab_nodes.name, 3, False, root)
+
+
+def test_destroy_leaves_nothing(lab_state_root, tmp_path):
+    require_lab_prerequisites()
+    name = lab_name("d")
+    info = lab.create(name, 1, False, lab_state_root)
+    pm = podman(tmp_path)
+    assert pm.container_state(info.nodes[0].container) == "running"
+    conmon_pid = int(pm("inspect", "--format", "{{.State.ConmonPid}}", info.nodes[0].container)
+                     .stdout.strip())
+
+    assert lab.destroy(name, lab_state_root) is True
+
+    assert pm.containers_labelled("decice.lab", name) == {}
+    assert pm.networks_labelled("decice.lab", name) == {}
+    assert pm("network", "exists", info.network, check=False).returncode != 0
+    assert not Path(info.state_dir).exists()
+    assert not running(conmon_pid)
+    assert lab.status(name, lab_state_root) is None
+    assert lab.destroy(name, lab_state_root) is False
+
+
+def test_create_rebuilds_a_damaged_lab(lab_state_root, tmp_path):
+    require_lab_prerequisites()
+    name = lab_name("r")
+    first = lab.create(name, 1, False, lab_state_root)
+    try:
+        pm = podman(tmp_path)
+        old_id = pm("inspect", "--format", "{{.Id}}", first.nodes[0].container).stdout
+        pm("stop", "-t", "2", first.nodes[0].container)
+        damaged = lab.status(name, lab_state_root)
+        assert damaged is not None and damaged.nodes[0].state == "exited"
+
+        again = lab.create(name, 1, False, lab_state_root)
+
+        assert again.nodes[0].state == "running"
+        assert pm("inspect", "--format", "{{.Id}}", again.nodes[0].container).stdout != old_id
+        assert ssh(again, "node1", "hostname") == "node1"
+    finally:
+        lab.destroy(name, lab_state_root)
+
+
+def test_same_name_under_another_state_root_is_left_alone(lab_nodes, tmp_path):
+    other_root = tmp_path / "other"
+    with pytest.raises(lab.LabError, match="in use by the lab recorded in"):
+        lab.create(lab_nodes.name, 2, False, other_root)
+    assert lab.destroy(lab_nodes.name, other_root) is False
+    root = Path(lab_nodes.state_dir).parent.parent
+    info = lab.status(lab_nodes.name, root)
+    assert info is not None
+    assert all(n.state == "running" for n in info.nodes)
+    assert ssh(lab_nodes, "node1", "true") == ""

@@ -1,0 +1,123 @@
+"""The lab target and SLURM allocations through the decice CLI, on real podman nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from decice import lab
+from tests.integration.conftest import lab_name, require_lab_prerequisites
+
+DECICE = [sys.executable, "-m", "decice"]
+
+
+def _decice(
+    cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*DECICE, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        check=False,
+        timeout=900,
+        env=env,
+    )
+
+
+@pytest.mark.lab
+def test_up_creates_lab_then_verify_and_destroy(tmp_path: Path) -> None:
+    require_lab_prerequisites()
+    name = lab_name("cli")
+    (tmp_path / "decice.yaml").write_text(
+        f"name: labcli\ntarget: lab\nlab:\n  name: {name}\n  nodes: 2\n"
+    )
+    try:
+        up = _decice(tmp_path, "up", "--only", "preflight,baseline", "--json")
+        assert up.returncode == 0, up.stderr
+        record = json.loads(up.stdout)
+        assert record["status"] == "ok"
+        assert set(record["stats"]) >= {"node1", "node2"}
+        status = json.loads(_decice(tmp_path, "lab", "status", "--json").stdout)
+        assert [n["name"] for n in status["nodes"]] == ["node1", "node2"]
+        assert Path(status["inventory"]).is_file() and Path(status["ssh_config"]).is_file()
+        assert status["slurm_env"] is None
+        for node in ("node1", "node2"):
+            assert (tmp_path / ".decice" / "baseline" / f"{node}.json").is_file()
+        verify = _decice(tmp_path, "verify", "--json")
+        assert verify.returncode == 0, verify.stderr
+        assert json.loads(verify.stdout)["status"] == "ok"
+    finally:
+        destroy = _decice(tmp_path, "lab", "destroy")
+    assert destroy.returncode == 0, destroy.stderr
+    assert lab.status(name, tmp_path / ".decice") is None
+    podman = subprocess.run(
+        ["podman", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True, check=True
+    )
+    assert not [c for c in podman.stdout.split() if c.startswith(f"{name}-")]
+
+
+@pytest.mark.slurm
+def test_salloc_decice_up_processes_exactly_the_allocated_nodes(
+    slurm_cluster: lab.LabInfo, tmp_path: Path
+) -> None:
+    require_lab_prerequisites()
+    assert shutil.which("salloc"), "slurm-client is installed with the SLURM lab"
+    (tmp_path / "decice.yaml").write_text(
+        "name: inalloc\ntarget: slurm\nallocation:\n"
+        f"  control_plane: 1\n  ssh_config: {slurm_cluster.ssh_config}\n"
+    )
+    env = {**os.environ, **(slurm_cluster.slurm_env or {})}
+    cmd = [
+        "salloc",
+        "-N2",
+        "--exclusive",
+        *DECICE,
+        "up",
+        "-f",
+        str(tmp_path / "decice.yaml"),
+        "--only",
+        "preflight,baseline",
+        "--json",
+    ]
+    result = subprocess.run(
+        cmd, capture_output=True, text=True, cwd="/tmp", env=env, check=False, timeout=900
+    )
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    processed = {host for host in record["stats"] if host != "localhost"}
+    assert processed == {"node1", "node2"}
+    baselines = sorted(p.stem for p in (tmp_path / ".decice" / "baseline").glob("*.json"))
+    assert baselines == ["node1", "node2"]
+
+    plain = subprocess.run(
+        [
+            "salloc",
+            "-N3",
+            "--exclusive",
+            *DECICE,
+            "plan",
+            "-f",
+            str(tmp_path / "decice.yaml"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd="/tmp",
+        env=env,
+        check=False,
+        timeout=300,
+    )
+    assert plain.returncode == 0, plain.stderr
+    hosts = json.loads(plain.stdout)["hosts"]
+    assert hosts == {
+        "node1": ["kube_control_plane", "etcd"],
+        "node2": ["kube_node"],
+        "node3": ["kube_node"],
+    }

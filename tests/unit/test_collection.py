@@ -1,0 +1,325 @@
+"""The decice.hybrid collection: syntax, build, lint, phase contract and a real local run.
+
+The real run uses ``inventories/local`` (this machine over a local connection) for
+the host-level phases preflight, baseline and verify. It writes only below pytest's
+``tmp_path``: the state directory and the tracked paths the test changes.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+from tests.support import require
+
+pytestmark = pytest.mark.lint
+
+REPO = Path(__file__).resolve().parents[2]
+COLLECTION = REPO / "ansible_collections" / "decice" / "hybrid"
+BIN = Path(sys.executable).parent
+PLAYBOOKS = ("up", "down", "reset", "verify")
+PHASES = {
+    "up": ["preflight", "baseline", "prepare", "kubernetes", "addons", "scheduler"],
+    "down": ["scheduler", "addons"],
+    "reset": ["kubernetes", "restore"],
+    "verify": ["verify"],
+}
+# Sections that other work on a shared test machine (podman, apt, services) does not move.
+STABLE_SECTIONS = ["hostname", "swap", "fstab", "sysctls", "paths"]
+
+
+def _tool(name: str) -> str:
+    path = BIN / name
+    require(path.exists(), f"{name} is not installed next to {sys.executable}")
+    return str(path)
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FORCE_COLOR="0",
+        # one JSON line per result: messages are not re-wrapped, so substrings can be asserted
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
+    return env
+
+
+def _run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        list(args),
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _playbook(name: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return _run(
+        _tool("ansible-playbook"), "-i", "inventories/local", f"playbooks/{name}.yml", *extra
+    )
+
+
+def _recap(output: str, host: str = "localhost") -> dict[str, int]:
+    match = re.search(rf"^{re.escape(host)}\s*:\s*(.*)$", output.split("PLAY RECAP")[-1], re.M)
+    assert match, f"no recap for {host}:\n{output[-3000:]}"
+    return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", match.group(1))}
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def _load_filter(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        f"decice_filter_{name}", COLLECTION / "plugins" / "filter" / f"{name}.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- static checks -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", PLAYBOOKS)
+def test_wrapper_playbook_syntax(name: str) -> None:
+    result = _playbook(name, "--syntax-check")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("name", PLAYBOOKS)
+def test_phase_contract(name: str) -> None:
+    """Plays are named "<phase>: ..." and tagged with exactly that phase, in order."""
+    plays = yaml.safe_load((COLLECTION / "playbooks" / f"{name}.yml").read_text())
+    phases = [play["name"].split(":", 1)[0] for play in plays]
+    assert phases == PHASES[name]
+    for play in plays:
+        phase = play["name"].split(":", 1)[0]
+        assert play["tags"] == [phase], play["name"]
+        assert play["vars_files"] == ["../vars/versions.yml"], play["name"]
+
+
+@pytest.mark.parametrize("name", PLAYBOOKS)
+def test_phase_contract_as_ansible_sees_it(name: str) -> None:
+    """--list-tags through the wrapper: each play carries its phase tag and no 'always'."""
+    result = _playbook(name, "--list-tags")
+    assert result.returncode == 0, result.stdout + result.stderr
+    plays = re.findall(r"play #\d+ \(.*?\): (\w+): .*?TAGS: \[(.*?)\]", result.stdout)
+    assert [phase for phase, _ in plays] == PHASES[name]
+    assert all(tags == phase for phase, tags in plays)
+
+
+@pytest.mark.parametrize("target", ["playbooks/up.yml", "decice.hybrid.up"])
+def test_versions_resolve_when_imported_and_when_run_directly(target: str) -> None:
+    """vars_files finds vars/versions.yml through the wrapper and as a collection playbook;
+    the placeholder add-on roles say plainly that they installed nothing."""
+    versions = yaml.safe_load((COLLECTION / "vars" / "versions.yml").read_text())["decice_versions"]
+    result = _run(_tool("ansible-playbook"), "-i", "inventories/local", target, "--tags", "addons")
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
+    for role, component in (("volcano", "volcano"), ("sedna", "sedna"), ("interlink", "interlink")):
+        expected = (
+            f"decice.hybrid.{role}: not implemented yet - nothing was installed"
+            f" (pinned: {versions[component]['version']})"
+        )
+        assert expected in result.stdout
+    assert _recap(result.stdout)["changed"] == 0
+
+
+def test_every_role_is_complete() -> None:
+    roles = sorted(p for p in (COLLECTION / "roles").iterdir() if p.is_dir())
+    assert roles
+    for role in roles:
+        for part in (
+            "defaults/main.yml",
+            "meta/main.yml",
+            "meta/argument_specs.yml",
+            "tasks/main.yml",
+            "README.md",
+        ):
+            assert (role / part).is_file(), f"{role.name}: {part} missing"
+
+
+def test_collection_builds(tmp_path: Path) -> None:
+    result = _run(
+        _tool("ansible-galaxy"),
+        "collection",
+        "build",
+        str(COLLECTION),
+        "--output-path",
+        str(tmp_path),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (tarball,) = tmp_path.glob("decice-hybrid-*.tar.gz")
+    with tarfile.open(tarball) as tar:
+        names = set(tar.getnames())
+    for required in (
+        "MANIFEST.json",
+        "meta/runtime.yml",
+        "vars/versions.yml",
+        "plugins/filter/snapshot.py",
+        "roles/baseline/tasks/snapshot.yml",
+        *(f"playbooks/{name}.yml" for name in PLAYBOOKS),
+    ):
+        assert required in names, f"{required} missing from {tarball.name}"
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+
+
+def test_ansible_lint_production_is_clean() -> None:
+    result = _run(_tool("ansible-lint"), "--nocolor", "--profile", "production", timeout=900)
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
+
+
+# --- filters (pure Python) -------------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_snapshot_filters_normalise_and_diff() -> None:
+    snapshot = _load_filter("snapshot")
+    raw = {
+        "packages": {
+            "bash": [{"version": "5.2", "arch": "amd64"}],
+            "kernel": [{"version": "6.1", "release": "3.el9", "epoch": 1}],
+        },
+        "services": {
+            "ssh.service": {"state": "running", "status": "enabled"},
+            "apt-daily.service": {"state": "running", "status": "static"},
+        },
+        "ignore_services": ["^apt-daily"],
+        "ss_lines": ['tcp LISTEN 0 128 0.0.0.0:22 0.0.0.0:* users:(("sshd"))'],
+        "slurped": [
+            {
+                "item": "/proc/swaps",
+                "content": _b64("Filename Type Size Used Priority\n/swap file 100 5 -2\n"),
+            },
+            {"item": "/etc/hostname", "failed": True, "msg": "file not found"},
+        ],
+        "sysctl_keys": ["vm.swappiness", "net.bridge.bridge-nf-call-iptables"],
+        "sysctl_lines": ["vm.swappiness = 60"],
+        "paths": ["/etc/kubernetes", "/etc/cni"],
+        "stat_lines": ["/etc/cni\tdirectory"],
+    }
+    snap = snapshot.host_snapshot(raw)
+    assert snap["packages"] == ["bash=5.2 (amd64)", "kernel=1:6.1-3.el9"]
+    assert snap["services"] == ["ssh.service running enabled"]
+    assert snap["ports"] == ["tcp 0.0.0.0:22"]
+    assert snap["swap"] == ["/swap file size=100 priority=-2"]
+    assert "/etc/hostname=<absent>" in snap["hostname"]
+    assert snap["sysctls"] == ["net.bridge.bridge-nf-call-iptables=<absent>", "vm.swappiness=60"]
+    assert snap["paths"] == ["/etc/cni directory", "/etc/kubernetes absent"]
+
+    later = {**snap, "paths": ["/etc/cni directory", "/etc/kubernetes directory"]}
+    assert snapshot.snapshot_diff(snap, snap) == {}
+    assert snapshot.snapshot_diff(snap, later) == {
+        "paths": {"added": ["/etc/kubernetes directory"], "removed": ["/etc/kubernetes absent"]}
+    }
+    assert snapshot.snapshot_diff(snap, later, ["swap"]) == {}
+    with pytest.raises(ValueError, match="unknown snapshot sections"):
+        snapshot.snapshot_diff(snap, later, ["nope"])
+
+
+@pytest.mark.unit
+def test_text_table_aligns_columns() -> None:
+    report = _load_filter("report")
+    table = report.text_table(
+        [{"host": "node1", "check": "vcpus", "found": 1, "expected": ">= 2"}],
+        ["host", "check", "found", "expected"],
+    )
+    assert table.splitlines() == [
+        "HOST   CHECK  FOUND  EXPECTED",
+        "-----  -----  -----  --------",
+        "node1  vcpus  1      >= 2",
+    ]
+
+
+# --- a real run on this machine --------------------------------------------------------
+
+
+@pytest.mark.cleanslate
+def test_local_up_baseline_then_verify(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    tracked = tmp_path / "tracked"
+    tracked.mkdir()
+    # Track paths inside tmp_path only, so the test can change one safely.
+    settings = json.dumps(
+        {
+            "decice_state_dir": str(state),
+            "baseline_paths": [str(tracked / "etc-kubernetes"), str(tracked / "var-lib-kubelet")],
+        }
+    )
+    strict = json.dumps({"verify_sections": STABLE_SECTIONS})
+
+    # verify before any baseline: a clear failure naming the file
+    result = _playbook("verify", "-e", settings)
+    assert result.returncode != 0
+    assert f"{state}/baseline/localhost.json does not exist" in result.stdout
+
+    # up, host-level phases only: preflight passes, the baseline is written 0600 in a 0700 dir
+    first = _playbook("up", "--tags", "preflight,baseline", "-e", settings)
+    assert first.returncode == 0, first.stdout[-5000:] + first.stderr[-3000:]
+    assert "preflight: 5 of 5 checks passed" in first.stdout
+    baseline = state / "baseline" / "localhost.json"
+    assert stat.S_IMODE(baseline.stat().st_mode) == 0o600
+    assert stat.S_IMODE(baseline.parent.stat().st_mode) == 0o700
+    document = json.loads(baseline.read_text())
+    assert document["host"] == "localhost"
+    assert set(document["sections"]) == {
+        "hostname",
+        "packages",
+        "services",
+        "ports",
+        "mounts",
+        "swap",
+        "fstab",
+        "sysctls",
+        "modules",
+        "paths",
+    }
+    assert document["sections"]["packages"], "package_facts found no packages"
+    assert document["sections"]["paths"] == sorted(
+        f"{tracked / name} absent" for name in ("etc-kubernetes", "var-lib-kubelet")
+    )
+
+    # taken once: the second run changes nothing and leaves the file as it was
+    before = baseline.read_bytes()
+    second = _playbook("up", "--tags", "preflight,baseline", "-e", settings)
+    assert second.returncode == 0, second.stdout[-5000:]
+    assert _recap(second.stdout)["changed"] == 0
+    assert "a baseline is never overwritten" in second.stdout
+    assert baseline.read_bytes() == before
+
+    # every section is compared and reported (report only: a shared machine moves on)
+    report = _playbook("verify", "-e", settings, "-e", '{"verify_fail_on_difference": false}')
+    assert report.returncode == 0, report.stdout[-5000:]
+    assert "verify: " in report.stdout
+
+    # the sections nothing else touches are back to (still at) the baseline
+    clean = _playbook("verify", "-e", settings, "-e", strict)
+    assert clean.returncode == 0, clean.stdout[-5000:]
+    assert "verify: clean slate" in clean.stdout
+    assert _recap(clean.stdout)["changed"] == 0
+
+    # a tracked path appears: verify sees it and fails
+    (tracked / "etc-kubernetes").mkdir()
+    dirty = _playbook("verify", "-e", settings, "-e", strict)
+    assert dirty.returncode != 0
+    assert f"{tracked / 'etc-kubernetes'} directory" in dirty.stdout
+    assert "localhost differs from its baseline in 1 section(s): paths" in dirty.stdout
