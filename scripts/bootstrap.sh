@@ -11,11 +11,16 @@ WITH_TEST=${WITH_TEST:-0}
 # Host packages: podman nodes (lab), SLURM submit host, the offline control-plane build (sim).
 APT_PACKAGES=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs openssh-client
               munge slurm-client rsync golang-1.19-go golang-github-modern-go-reflect2-dev
-              dpkg-dev patch quilt unzip npm iproute2)
+              dpkg-dev patch quilt unzip iproute2)
+# Packages wanted only when their command is missing (another vendor may provide it).
+declare -A APT_FOR_COMMAND=([npm]=npm)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+for cmd in "${!APT_FOR_COMMAND[@]}"; do
+  command -v "$cmd" >/dev/null || missing+=("${APT_FOR_COMMAND[$cmd]}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
