@@ -1,4 +1,9 @@
-"""up / down / reset / verify: lock, record, inventory, one playbook run, summary."""
+"""up / down / reset / verify: lock, record, inventory, phases, summary.
+
+A command's phases run in order. Most are Ansible plays (consecutive ones run
+as one playbook run, selected by tags); a target may do a phase in Python
+instead (the sim target runs its control plane as local processes).
+"""
 
 from __future__ import annotations
 
@@ -6,16 +11,18 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from decice import inventory, paths, phases, records, versions
 from decice.errors import DeciceError
 from decice.progress import View
-from decice.records import RunRecord, RunStore
-from decice.runner import PlaybookRun, RunFinished, run_playbook
+from decice.records import PhaseRecord, RunRecord, RunStore
+from decice.runner import PlaybookRun, run_playbook
 from decice.spec import LoadedSpec
-from decice.tracking import PhaseTracker
+from decice.tracking import PhaseTracker, conclude
 
 SAVE_EVERY_S = 2.0
 
@@ -26,6 +33,28 @@ class RunOptions:
     skip: list[str] = field(default_factory=list)
     check: bool = False
     verbose: int = 0
+
+
+@dataclass
+class PhaseContext:
+    """What a Python-driven phase gets: the spec, the record, a way to report progress."""
+
+    loaded: LoadedSpec
+    record: RunRecord
+    options: RunOptions
+    progress: Callable[[str], None]
+
+
+PythonPhase = Callable[[PhaseContext], str]
+
+
+def python_phases(target: str, command: str) -> dict[str, PythonPhase]:
+    """Phases that ``target`` does in Python for ``command`` (phase -> function)."""
+    if target == "sim":
+        from decice.sim.target import PHASES
+
+        return PHASES.get(command, {})
+    return {}
 
 
 def playbook_for(command: str) -> Path:
@@ -44,9 +73,97 @@ def prepare(command: str, loaded: LoadedSpec, options: RunOptions) -> tuple[list
     return selected, inv
 
 
+def segments(selected: list[str], in_python: dict[str, Any]) -> list[list[str]]:
+    """Group phases: each Python phase alone, consecutive Ansible phases together."""
+    out: list[list[str]] = []
+    for name in selected:
+        if name in in_python or not out or out[-1][0] in in_python:
+            out.append([name])
+        else:
+            out[-1].append(name)
+    return out
+
+
+class _Run:
+    """One command's execution under the lock."""
+
+    def __init__(
+        self,
+        command: str,
+        loaded: LoadedSpec,
+        options: RunOptions,
+        view: View,
+        store: RunStore,
+        record: RunRecord,
+        inventory_path: Path,
+    ) -> None:
+        self.command, self.loaded, self.options, self.view = command, loaded, options, view
+        self.store, self.record, self.inventory_path = store, record, inventory_path
+        self._last_save = 0.0
+
+    def _tick(self, event: Any = None, task: str = "") -> None:
+        self.view.update(event, self.record, task)
+        if time.monotonic() - self._last_save > SAVE_EVERY_S:
+            self.store.save(self.record)
+            self._last_save = time.monotonic()
+
+    def ansible(self, names: list[str]) -> bool:
+        state_dir = self.loaded.state_dir.resolve()
+        run = PlaybookRun(
+            playbook=playbook_for(self.command),
+            inventory=self.inventory_path,
+            private_data_dir=Path(self.record.artifacts) / "ansible",
+            extravars={
+                "decice_state_dir": str(state_dir),
+                "decice_kubeconfig": str(kubeconfig_path(state_dir)),
+                "decice_spec": self.loaded.spec.model_dump(mode="json"),
+            },
+            tags=tuple(names),
+            check=self.options.check,
+            verbosity=max(0, self.options.verbose - 1),
+            ident="-".join(names),
+        )
+        tracker = PhaseTracker(self.record, names)
+        for event in run_playbook(run):
+            tracker.apply(event)
+            self._tick(event, tracker.current_task)
+        return not tracker.failed
+
+    def python(self, name: str, work: PythonPhase) -> bool:
+        phase = self.record.phase(name)
+        phase.status, phase.started = "running", records.now()
+        t0 = time.monotonic()
+        self._tick(task=name)
+        context = PhaseContext(
+            self.loaded, self.record, self.options, lambda text: self._tick(task=text)
+        )
+        try:
+            phase.note = work(context)
+            phase.status = "ok"
+        except DeciceError as exc:
+            phase.status = "failed"
+            self.record.failures.append(
+                {
+                    "phase": name,
+                    "host": "localhost",
+                    "task": name,
+                    "status": "failed",
+                    "message": str(exc),
+                }
+            )
+        finally:
+            phase.ended = records.now()
+            phase.seconds = round(time.monotonic() - t0, 3)
+            self._tick()
+        if phase.status == "ok" and any(key == name for key in self.record.not_done):
+            phase.status = "incomplete"
+        return phase.status != "failed"
+
+
 def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -> RunRecord:
     """Run ``command`` for ``loaded`` and return its (saved) run record."""
     selected, inv = prepare(command, loaded, options)
+    in_python = python_phases(loaded.spec.target, command)
     state_dir = loaded.state_dir
     with records.locked(state_dir, command) as lock:
         store = RunStore(state_dir)
@@ -60,59 +177,43 @@ def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -
             spec_sha256=loaded.sha256,
             target=loaded.spec.target,
             versions=versions.summary(),
+            phases=[PhaseRecord(name=name) for name in selected],
         )
         run_dir = store.create(record)
         if lock.took_over:
             record.notes.append(f"took over a stale lock of {lock.took_over.describe()}")
-        if loaded.spec.target == "lab" and command == "up":
-            try:
-                inv = inventory.build(loaded, inventory.allocate(loaded, create=True))
-            except DeciceError as exc:
-                record.status, record.ended = "failed", records.now()
-                record.failures.append(
-                    {
-                        "phase": "-",
-                        "host": "-",
-                        "task": "create the lab",
-                        "status": "failed",
-                        "message": str(exc),
-                    }
-                )
-                store.save(record)
-                raise
-        record.inventory_sha256 = inventory.write(inv, run_dir / "inventory.yml")
-        run = PlaybookRun(
-            playbook=playbook_for(command),
-            inventory=run_dir / "inventory.yml",
-            private_data_dir=run_dir / "ansible",
-            extravars={
-                "decice_state_dir": str(state_dir.resolve()),
-                "decice_kubeconfig": str(kubeconfig_path(state_dir.resolve())),
-                "decice_spec": loaded.spec.model_dump(mode="json"),
-            },
-            tags=tuple(selected),
-            check=options.check,
-            verbosity=max(0, options.verbose - 1),
-            ident="ansible",
-        )
-        tracker = PhaseTracker(record, selected)
+        started = time.monotonic()
         view.start(record)
-        started, last_save = time.monotonic(), 0.0
         try:
-            for event in run_playbook(run):
-                tracker.apply(event)
-                if isinstance(event, RunFinished):
-                    record.seconds = round(time.monotonic() - started, 3)
-                    record.ended = records.now()
-                view.update(event, tracker)
-                if time.monotonic() - last_save > SAVE_EVERY_S:
-                    store.save(record)
-                    last_save = time.monotonic()
+            if loaded.spec.target == "lab" and command == "up":
+                view.update(None, record, "creating the lab")
+                inv = inventory.build(loaded, inventory.allocate(loaded, create=True))
+            record.inventory_sha256 = inventory.write(inv, run_dir / "inventory.yml")
+            run = _Run(command, loaded, options, view, store, record, run_dir / "inventory.yml")
+            for names in segments(selected, in_python):
+                ok = (
+                    run.python(names[0], in_python[names[0]])
+                    if names[0] in in_python
+                    else run.ansible(names)
+                )
+                if not ok:
+                    break
+        except DeciceError as exc:
+            record.failures.append(
+                {"phase": "-", "host": "-", "task": "-", "status": "failed", "message": str(exc)}
+            )
+            raise
         except KeyboardInterrupt:
-            record.status, record.ended = "interrupted", records.now()
-            record.seconds = round(time.monotonic() - started, 3)
+            record.status = "interrupted"
             raise
         finally:
+            for phase in record.phases:
+                if phase.status == "pending":
+                    phase.status = "not run"
+            if record.status != "interrupted":
+                conclude(record)
+            record.ended = records.now()
+            record.seconds = round(time.monotonic() - started, 3)
             view.stop()
             store.save(record)
     return record

@@ -11,8 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from decice.records import PhaseRecord, RunRecord
-from decice.runner import Event, HostResult, PlayStarted, RunFinished
-from decice.tracking import PhaseTracker
+from decice.runner import Event, HostResult, PlayStarted
 
 STATUS_STYLE = {
     "pending": ("·", "dim"),
@@ -27,7 +26,7 @@ STATUS_STYLE = {
 
 class View(Protocol):
     def start(self, record: RunRecord) -> None: ...
-    def update(self, event: Event, tracker: PhaseTracker) -> None: ...
+    def update(self, event: Event | None, record: RunRecord, task: str) -> None: ...
     def note(self, text: str) -> None: ...
     def stop(self) -> None: ...
 
@@ -150,10 +149,9 @@ class LiveView:
         else:
             self.console.print(f"decice {record.command}: run {record.id}")
 
-    def update(self, event: Event, tracker: PhaseTracker) -> None:
-        record = tracker.record
+    def update(self, event: Event | None, record: RunRecord, task: str) -> None:
         if self._live is not None:
-            self._live.update(phase_table(record, tracker.current_task, live=True))
+            self._live.update(phase_table(record, task, live=True))
         else:
             for phase in record.phases:
                 if self._last_status.get(phase.name) != phase.status and phase.status != "pending":
@@ -164,8 +162,6 @@ class LiveView:
             self.console.print(f"    [{event.status}] {event.host}: {event.task}")
         if self.verbose and isinstance(event, PlayStarted):
             self.console.print(f"  play: {event.play}")
-        if isinstance(event, RunFinished):
-            self.stop()
 
     def note(self, text: str) -> None:
         self.console.print(Text(text, style="yellow"))
@@ -182,7 +178,7 @@ class QuietView:
     def start(self, record: RunRecord) -> None:
         return None
 
-    def update(self, event: Event, tracker: PhaseTracker) -> None:
+    def update(self, event: Event | None, record: RunRecord, task: str) -> None:
         return None
 
     def note(self, text: str) -> None:

@@ -18,23 +18,25 @@ class PhaseTracker:
     """Applies runner events to a run record's phases."""
 
     def __init__(self, record: RunRecord, selected: list[str]) -> None:
+        """Track ``selected`` phases of ``record`` (created if the record lacks them)."""
         self.record = record
         self.selected = selected
         self.current: PhaseRecord | None = None
         self.current_task = ""
+        self.failed = False
         self._t0: dict[str, float] = {}
         self._no_hosts: set[str] = set()
-        record.phases = [PhaseRecord(name=name) for name in selected]
+        known = {phase.name for phase in record.phases}
+        record.phases.extend(PhaseRecord(name=name) for name in selected if name not in known)
 
     def _start(self, name: str) -> None:
         if self.current and self.current.name == name:
             return
         self._close_current()
-        try:
-            phase = self.record.phase(name)
-        except KeyError:  # a play of a phase that was not selected (tags filter its tasks)
+        if name not in self.selected:  # a play whose tasks the tags filter out
             self.current = None
             return
+        phase = self.record.phase(name)
         if phase.status == "pending":
             phase.status, phase.started = "running", records.now()
             self._t0[name] = time.monotonic()
@@ -92,14 +94,19 @@ class PhaseTracker:
 
     def _finish(self, event: RunFinished) -> None:
         failed_run = event.status != "successful"
-        self._close_current(failed_run=failed_run and not self.record.failures)
-        self.record.stats = event.stats
+        host_failures = any(f["phase"] in self.selected for f in self.record.failures)
+        self._close_current(failed_run=failed_run and not host_failures)
+        for host, counts in event.stats.items():
+            self.record.stats[host] = {
+                key: self.record.stats.get(host, {}).get(key, 0) + value
+                for key, value in counts.items()
+            }
         for phase in self.record.phases:
-            if phase.status == "pending":
+            if phase.name in self.selected and phase.status == "pending":
                 phase.status = "not run" if failed_run else "skipped"
                 if not failed_run and not phase.note:
                     phase.note = "no play ran"
-        if failed_run and not self.record.failures:
+        if failed_run and not host_failures:
             self.record.failures.append(
                 {
                     "phase": "-",
@@ -110,16 +117,22 @@ class PhaseTracker:
                     f"see {self.record.artifacts}",
                 }
             )
+        self.failed = failed_run
         not_done = event.data.get(NOT_DONE_KEY) or {}
         if isinstance(not_done, dict):
-            self.record.not_done = {str(k): str(v) for k, v in sorted(not_done.items())}
-        names = {phase.name for phase in self.record.phases}
-        for component in self.record.not_done:
+            self.record.not_done.update({str(k): str(v) for k, v in not_done.items()})
+        for component in not_done:
             # add-on roles live in the addons phase; the others are named like their phase
-            owner = component if component in names else "addons"
-            if owner in names and self.record.phase(owner).status == "ok":
+            owner = component if component in self.selected else "addons"
+            if owner in self.selected and self.record.phase(owner).status == "ok":
                 self.record.phase(owner).status = "incomplete"
-        if failed_run:
-            self.record.status = "failed"
-        else:
-            self.record.status = "incomplete" if self.record.not_done else "ok"
+
+
+def conclude(record: RunRecord) -> None:
+    """The run's overall status from its phases and the components not done."""
+    if any(phase.status == "failed" for phase in record.phases) or record.failures:
+        record.status = "failed"
+    elif record.not_done:
+        record.status = "incomplete"
+    else:
+        record.status = "ok"

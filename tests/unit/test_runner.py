@@ -19,7 +19,7 @@ from decice.runner import (
     phase_of,
     run_playbook,
 )
-from decice.tracking import PhaseTracker
+from decice.tracking import PhaseTracker, conclude
 
 pytestmark = pytest.mark.unit
 
@@ -130,6 +130,7 @@ def test_tracker_records_phases(tmp_path: Path) -> None:
     tracker = PhaseTracker(record, ["alpha", "empty", "beta", "gamma"])
     for event in _run(tmp_path):
         tracker.apply(event)  # type: ignore[arg-type]
+    conclude(record)
     status = {p.name: p.status for p in record.phases}
     assert status == {"alpha": "ok", "empty": "skipped", "beta": "failed", "gamma": "not run"}
     alpha = record.phase("alpha")
@@ -193,12 +194,32 @@ def test_not_done_components_make_the_run_incomplete(tmp_path: Path) -> None:
     (tmp_path / "inv.yml").write_text(INVENTORY)
     run = PlaybookRun(tmp_path / "play.yml", tmp_path / "inv.yml", tmp_path / "pdd")
     record = records.RunRecord(
-        id="r", command="up", argv=[], pid=os.getpid(), host="h", spec="s",
-        spec_sha256="", target="sim",
+        id="r",
+        command="up",
+        argv=[],
+        pid=os.getpid(),
+        host="h",
+        spec="s",
+        spec_sha256="",
+        target="sim",
     )
     tracker = PhaseTracker(record, ["addons"])
     for event in run_playbook(run):
         tracker.apply(event)
+    conclude(record)
     assert record.not_done == {"sedna": "artifacts unreachable", "volcano": "not implemented yet"}
     assert record.status == "incomplete"
     assert record.phase("addons").status == "incomplete"
+
+
+def test_segments_group_ansible_phases_and_isolate_python_ones() -> None:
+    from decice.lifecycle import segments
+
+    py = {"kubernetes": object()}
+    assert segments(["preflight", "baseline", "kubernetes", "addons", "scheduler"], py) == [
+        ["preflight", "baseline"],
+        ["kubernetes"],
+        ["addons", "scheduler"],
+    ]
+    assert segments(["kubernetes"], py) == [["kubernetes"]]
+    assert segments(["addons", "scheduler"], {}) == [["addons", "scheduler"]]

@@ -1,0 +1,140 @@
+"""Checksum-verified download of one pinned release binary (plain file, tar or zip)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from decice.errors import InputError
+from decice.sim.tools import BuildError
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class DownloadRefused(InputError):
+    """A download was asked for without a usable sha256 checksum."""
+
+
+class DownloadUnavailable(BuildError):
+    """The release host could not be reached (offline machine)."""
+
+
+@dataclass(frozen=True)
+class Download:
+    """Where to fetch one binary: ``url`` with the ``sha256`` of the downloaded file.
+
+    ``member`` is the path of the binary inside a ``.tar.gz``/``.tgz``/``.zip`` archive;
+    None means the URL is the binary itself.
+    """
+
+    url: str
+    sha256: str
+    version: str
+    member: str | None = None
+
+    def validate(self, name: str) -> None:
+        """Refuse a download whose checksum is unknown or malformed."""
+        if not self.url:
+            raise DownloadRefused(f"{name}: download url is empty")
+        if not self.sha256:
+            raise DownloadRefused(
+                f"{name}: no sha256 known for {self.url}; refusing to download an unverified "
+                "binary. Add its sha256 to the versions file or pass a binaries directory "
+                "(DECICE_K8S_BIN_DIR)."
+            )
+        if not _SHA256.match(self.sha256.lower()):
+            raise DownloadRefused(
+                f"{name}: sha256 {self.sha256!r} is not 64 hex digits; fix the versions file"
+            )
+
+
+def downloads_from_mapping(data: Mapping[str, Any], origin: str) -> dict[str, Download]:
+    """Parse ``{binary: {url, sha256, version, member?}}`` (e.g. from the versions file).
+
+    ``origin`` names the source in error messages (a file path and key).
+    """
+    out: dict[str, Download] = {}
+    for name, entry in data.items():
+        where = f"{origin}: {name}"
+        if not isinstance(entry, Mapping):
+            raise InputError(f"{where}: expected a mapping with url, sha256 and version")
+        extra = set(entry) - {"url", "sha256", "version", "member"}
+        if extra:
+            raise InputError(f"{where}: unknown keys {sorted(extra)}; "
+                             "allowed: url, sha256, version, member")
+        missing = [k for k in ("url", "version") if not entry.get(k)]
+        if missing:
+            raise InputError(f"{where}: missing {', '.join(missing)}")
+        member = entry.get("member")
+        spec = Download(
+            url=str(entry["url"]),
+            sha256=str(entry.get("sha256") or "").strip().lower(),
+            version=str(entry["version"]),
+            member=str(member) if member else None,
+        )
+        spec.validate(where)
+        out[str(name)] = spec
+    return out
+
+
+def fetch_binary(name: str, spec: Download, dest: Path, *, timeout: float = 60.0) -> Path:
+    """Download ``spec``, verify its sha256, write the binary to ``dest`` (mode 0755).
+
+    The file is written next to ``dest`` and renamed into place, so a reader never sees a
+    partial binary.
+    """
+    spec.validate(name)
+    try:
+        with urllib.request.urlopen(spec.url, timeout=timeout) as resp:
+            payload = resp.read()
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        raise DownloadUnavailable(f"{name}: cannot download {spec.url}: {exc}") from exc
+    digest = hashlib.sha256(payload).hexdigest()
+    if digest != spec.sha256.lower():
+        raise BuildError(
+            f"{name}: sha256 mismatch for {spec.url}: expected {spec.sha256}, got {digest}; "
+            "the file was not used"
+        )
+    data = _extract(name, spec, payload)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{name}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        Path(tmp).chmod(0o755)
+        Path(tmp).replace(dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def _extract(name: str, spec: Download, payload: bytes) -> bytes:
+    if spec.member is None:
+        return payload
+    url = spec.url.lower()
+    if url.endswith(".zip"):
+        with zipfile.ZipFile(io.BytesIO(payload)) as zf:
+            try:
+                return zf.read(spec.member)
+            except KeyError:
+                pass
+    elif url.endswith((".tar.gz", ".tgz", ".tar.xz", ".tar")):
+        with tarfile.open(fileobj=io.BytesIO(payload)) as tf:
+            member = tf.extractfile(spec.member) if spec.member in tf.getnames() else None
+            if member is not None:
+                return member.read()
+    else:
+        raise InputError(f"{name}: cannot take member {spec.member!r} out of {spec.url}")
+    raise BuildError(f"{name}: {spec.url} has no member {spec.member!r}")

@@ -1,0 +1,93 @@
+"""The sim target's own phases: a local control plane and simulated nodes.
+
+up.kubernetes    resolve binaries, start etcd + kube-apiserver + controller-manager
+                 + kube-scheduler on loopback, write the kubeconfig (0600), register
+                 the spec's simulated nodes and start the node agent.
+reset.kubernetes stop every process it started (by recorded pid), remove the data dir
+                 and the kubeconfig.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from decice.errors import RunFailedError
+
+if TYPE_CHECKING:
+    from decice.lifecycle import PhaseContext
+
+SIM_DIR = "sim"
+
+
+def data_dir(state_dir: Path) -> Path:
+    return state_dir / SIM_DIR
+
+
+def control_plane_dir(state_dir: Path) -> Path:
+    return data_dir(state_dir) / "control-plane"
+
+
+def _control_plane(state_dir: Path, bin_dir: str | None, *, act: bool) -> Any:
+    from decice.sim.binaries import describe_binaries, resolve_binaries
+    from decice.sim.controlplane import ControlPlane
+
+    explicit = Path(bin_dir).expanduser() if bin_dir else None
+    binaries = resolve_binaries(explicit) if act else describe_binaries(explicit)
+    # No kubelets: the node agent keeps simulated nodes Ready, so the node-lifecycle
+    # controller (which would taint them unreachable without Lease heartbeats) is off.
+    return ControlPlane(
+        control_plane_dir(state_dir), binaries, scheduler=True, node_lifecycle=False
+    )
+
+
+def up_kubernetes(ctx: PhaseContext) -> str:
+    state_dir = ctx.loaded.state_dir.resolve()
+    ctx.progress("resolving control-plane binaries (a first build takes minutes)")
+    plane = _control_plane(state_dir, ctx.loaded.spec.sim.bin_dir, act=True)
+    api = plane.binaries["kube-apiserver"]
+    ctx.record.versions["sim-control-plane"] = f"{api.version} ({api.source})"
+    ctx.progress("starting etcd, kube-apiserver, controller-manager, kube-scheduler")
+    info = plane.start()
+    kubeconfig = state_dir / "kubeconfig"
+    shutil.copyfile(info.kubeconfig, kubeconfig)
+    kubeconfig.chmod(0o600)
+    nodes = sum(group.count for group in ctx.loaded.spec.sim.nodes)
+    from decice.sim import nodes_service as agent_service
+
+    ctx.progress(f"registering {nodes} simulated nodes and starting the node agent")
+    agent_service.ensure(state_dir, kubeconfig, ctx.loaded.spec.sim)
+    return f"{api.version} on {info.server}; {nodes} simulated nodes"
+
+
+def reset_kubernetes(ctx: PhaseContext) -> str:
+    from decice.sim import nodes_service as agent_service
+    from decice.sim.controlplane import remove_data_dir
+
+    state_dir = ctx.loaded.state_dir.resolve()
+    root = data_dir(state_dir)
+    if not root.exists():
+        (state_dir / "kubeconfig").unlink(missing_ok=True)
+        return "nothing was running"
+    ctx.progress("stopping the node agent")
+    agent_service.stop(state_dir)
+    ctx.progress("stopping the control plane")
+    plane_dir = control_plane_dir(state_dir)
+    if plane_dir.exists():
+        try:
+            plane = _control_plane(state_dir, ctx.loaded.spec.sim.bin_dir, act=False)
+            plane.stop()
+        except (KeyError, OSError) as exc:
+            raise RunFailedError(f"cannot stop the sim control plane: {exc}") from exc
+        remove_data_dir(plane_dir)
+    shutil.rmtree(root)
+    (state_dir / "kubeconfig").unlink(missing_ok=True)
+    return "control plane and node agent stopped; data removed"
+
+
+PHASES: dict[str, dict[str, Callable[[PhaseContext], str]]] = {
+    "up": {"kubernetes": up_kubernetes},
+    "reset": {"kubernetes": reset_kubernetes},
+}
