@@ -19,7 +19,10 @@ pytestmark = pytest.mark.lab
 def ssh(info: lab.LabInfo, host: str, command: str) -> str:
     proc = subprocess.run(
         ["ssh", "-F", info.ssh_config, "-o", "BatchMode=yes", host, command],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     return proc.stdout.strip()
 
@@ -55,7 +58,8 @@ def test_nodes_are_distinct_machines(lab_nodes):
 
 def test_nodes_are_ready_for_installers(lab_nodes):
     out = ssh(
-        lab_nodes, "node2",
+        lab_nodes,
+        "node2",
         "modprobe br_netfilter && modprobe overlay && ping -c1 -W2 node1 >/dev/null && "
         "systemctl is-system-running",
     )
@@ -66,7 +70,10 @@ def test_ansible_pings_every_node(lab_nodes):
     ansible = Path(sys.executable).with_name("ansible")
     proc = subprocess.run(
         [str(ansible), "all", "-m", "ansible.builtin.ping", "-i", lab_nodes.inventory],
-        capture_output=True, text=True, timeout=180, cwd="/tmp",
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd="/tmp",
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("SUCCESS") == 2
@@ -88,13 +95,17 @@ def test_status_is_json_and_matches(lab_nodes):
 
 def test_create_again_recreates_nothing(lab_nodes, tmp_path):
     pm = podman(tmp_path)
-    before = {c: pm("inspect", "--format", "{{.Id}} {{.State.StartedAt}}", c).stdout
-              for c in lab_nodes.containers()}
+    before = {
+        c: pm("inspect", "--format", "{{.Id}} {{.State.StartedAt}}", c).stdout
+        for c in lab_nodes.containers()
+    }
     key_before = Path(lab_nodes.ssh_key).read_text()
     root = Path(lab_nodes.state_dir).parent.parent
     again = lab.create(lab_nodes.name, 2, False, root)
-    after = {c: pm("inspect", "--format", "{{.Id}} {{.State.StartedAt}}", c).stdout
-             for c in again.containers()}
+    after = {
+        c: pm("inspect", "--format", "{{.Id}} {{.State.StartedAt}}", c).stdout
+        for c in again.containers()
+    }
     assert again.to_dict() == lab_nodes.to_dict()
     assert after == before
     assert Path(again.ssh_key).read_text() == key_before
@@ -112,8 +123,9 @@ def test_destroy_leaves_nothing(lab_state_root, tmp_path):
     info = lab.create(name, 1, False, lab_state_root)
     pm = podman(tmp_path)
     assert pm.container_state(info.nodes[0].container) == "running"
-    conmon_pid = int(pm("inspect", "--format", "{{.State.ConmonPid}}", info.nodes[0].container)
-                     .stdout.strip())
+    conmon_pid = int(
+        pm("inspect", "--format", "{{.State.ConmonPid}}", info.nodes[0].container).stdout.strip()
+    )
 
     assert lab.destroy(name, lab_state_root) is True
 

@@ -19,7 +19,10 @@ def submit(info: lab.LabInfo, command: str) -> str:
     assert info.slurm_env_file is not None
     proc = subprocess.run(
         ["bash", "-c", f". {info.slurm_env_file} && {command}"],
-        capture_output=True, text=True, timeout=120, cwd="/tmp",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/tmp",
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout

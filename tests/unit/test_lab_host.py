@@ -30,7 +30,8 @@ Components: main
 def test_deb822_mirror():
     assert parse_deb822_mirror(DEB822, "bookworm") == "http://mirror.example/debian"
     assert (
-        parse_deb822_mirror(DEB822, "bookworm-security") == "http://security.example/debian-security"
+        parse_deb822_mirror(DEB822, "bookworm-security")
+        == "http://security.example/debian-security"
     )
     assert parse_deb822_mirror(DEB822, "trixie") is None
     src_only = DEB822.replace("Types: deb\n", "Types: deb-src\n")
@@ -64,10 +65,18 @@ def test_ip_layout():
 
 def test_model_roundtrip(tmp_path):
     info = LabInfo(
-        name="x", nodes=[LabNode("node1", "10.0.0.11", "x-node1")], network="x-net",
-        subnet="10.0.0.0/24", image="img", state_dir=str(tmp_path), inventory="i",
-        ssh_config="s", ssh_key="k", controller=LabNode("slurmctl", "10.0.0.10", "x-slurmctl"),
-        slurm_env={"SLURM_CONF": "/c"}, munged_pid=42,
+        name="x",
+        nodes=[LabNode("node1", "10.0.0.11", "x-node1")],
+        network="x-net",
+        subnet="10.0.0.0/24",
+        image="img",
+        state_dir=str(tmp_path),
+        inventory="i",
+        ssh_config="s",
+        ssh_key="k",
+        controller=LabNode("slurmctl", "10.0.0.10", "x-slurmctl"),
+        slurm_env={"SLURM_CONF": "/c"},
+        munged_pid=42,
     )
     save(info, tmp_path)
     back = load(tmp_path)

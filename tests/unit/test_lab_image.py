@@ -34,12 +34,13 @@ def test_recipe_content():
         assert pkg in recipe.packages
     assert recipe.files["etc/machine-id"] == ""
     assert "br_netfilter" in recipe.files["lib/modules/6.1.0-test/modules.builtin"]
-    assert "SLURM_ROLE=controller" in recipe.files[
-        "etc/systemd/system/slurmctld.service.d/decice-role.conf"
-    ]
-    assert "SLURM_ROLE=compute" in recipe.files[
-        "etc/systemd/system/slurmd.service.d/decice-role.conf"
-    ]
+    assert (
+        "SLURM_ROLE=controller"
+        in recipe.files["etc/systemd/system/slurmctld.service.d/decice-role.conf"]
+    )
+    assert (
+        "SLURM_ROLE=compute" in recipe.files["etc/systemd/system/slurmd.service.d/decice-role.conf"]
+    )
     assert "ssh-keygen -A" in recipe.files["etc/systemd/system/ssh.service.d/decice-hostkeys.conf"]
     assert ("depmod", "-a", "6.1.0-test") in recipe.chroot_commands
 

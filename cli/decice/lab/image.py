@@ -31,20 +31,36 @@ IMAGE_REPO = "localhost/decice-node"
 RECIPE_VERSION = 1
 
 BASE_PACKAGES = (
-    "python3", "python3-apt", "systemd", "systemd-sysv", "dbus", "openssh-server",
-    "iproute2", "iputils-ping", "procps", "sudo", "ca-certificates", "kmod",
+    "python3",
+    "python3-apt",
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "openssh-server",
+    "iproute2",
+    "iputils-ping",
+    "procps",
+    "sudo",
+    "ca-certificates",
+    "kmod",
 )
 SLURM_PACKAGES = ("slurmd", "slurmctld", "slurm-client", "munge")
 
 # Modules Kubernetes installers modprobe; the nodes share the host kernel, which has them
 # built in or loaded already, but has no /lib/modules tree: declare them built in.
 BUILTIN_MODULES = (
-    "kernel/net/bridge/bridge.ko", "kernel/net/bridge/br_netfilter.ko",
-    "kernel/fs/overlayfs/overlay.ko", "kernel/net/netfilter/nf_conntrack.ko",
-    "kernel/net/netfilter/nf_nat.ko", "kernel/net/netfilter/x_tables.ko",
-    "kernel/net/netfilter/xt_conntrack.ko", "kernel/net/ipv4/netfilter/ip_tables.ko",
-    "kernel/net/ipv4/netfilter/iptable_filter.ko", "kernel/net/ipv4/netfilter/iptable_nat.ko",
-    "kernel/net/ipv6/netfilter/ip6_tables.ko", "kernel/drivers/net/veth.ko",
+    "kernel/net/bridge/bridge.ko",
+    "kernel/net/bridge/br_netfilter.ko",
+    "kernel/fs/overlayfs/overlay.ko",
+    "kernel/net/netfilter/nf_conntrack.ko",
+    "kernel/net/netfilter/nf_nat.ko",
+    "kernel/net/netfilter/x_tables.ko",
+    "kernel/net/netfilter/xt_conntrack.ko",
+    "kernel/net/ipv4/netfilter/ip_tables.ko",
+    "kernel/net/ipv4/netfilter/iptable_filter.ko",
+    "kernel/net/ipv4/netfilter/iptable_nat.ko",
+    "kernel/net/ipv6/netfilter/ip6_tables.ko",
+    "kernel/drivers/net/veth.ko",
     "kernel/drivers/net/vxlan.ko",
 )
 
@@ -195,10 +211,16 @@ def _bootstrap(recipe: Recipe, tarball: Path) -> None:
     try:
         started = time.monotonic()
         log.info("debootstrap %s into %s (takes about a minute)", recipe.suite, rootfs)
-        run([
-            "debootstrap", "--variant=minbase", f"--include={','.join(recipe.packages)}",
-            recipe.suite, str(rootfs), mirror,
-        ])
+        run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(recipe.packages)}",
+                recipe.suite,
+                str(rootfs),
+                mirror,
+            ]
+        )
         log.info("debootstrap done in %.0f s", time.monotonic() - started)
         customize(rootfs, recipe)
         partial = tarball.with_suffix(".partial")

@@ -106,8 +106,11 @@ def create(name: str, nodes: int, slurm: bool, state_root: Path) -> LabInfo:
                 f"(slurm={'on' if current.slurm else 'off'}); "
                 f"run `decice lab destroy {name}` first or pick another name"
             )
-        log.warning("lab %s is incomplete (%s); recreating it", name,
-                    ", ".join(f"{n.name}={n.state}" for n in current.nodes))
+        log.warning(
+            "lab %s is incomplete (%s); recreating it",
+            name,
+            ", ".join(f"{n.name}={n.state}" for n in current.nodes),
+        )
     _refuse_foreign(name, state_dir(name, state_root))
     destroy(name, state_root)  # also clears leftovers of an interrupted create
     try:
@@ -161,9 +164,16 @@ def _create(name: str, count: int, slurm_enabled: bool, state_root: Path) -> Lab
 
     files = slurm_ops.SlurmFiles(directory / "slurm") if controller else None
     info = LabInfo(
-        name=name, nodes=lab_nodes, network=network, subnet=str(net), image=image.ref,
-        state_dir=str(directory), inventory=str(inventory), ssh_config=str(ssh_config),
-        ssh_key=str(key), controller=controller,
+        name=name,
+        nodes=lab_nodes,
+        network=network,
+        subnet=str(net),
+        image=image.ref,
+        state_dir=str(directory),
+        inventory=str(inventory),
+        ssh_config=str(ssh_config),
+        ssh_key=str(key),
+        controller=controller,
         slurm_env=files.env() if files else None,
         slurm_env_file=str(files.env_file) if files else None,
     )
@@ -174,13 +184,25 @@ def _create(name: str, count: int, slurm_enabled: bool, state_root: Path) -> Lab
         slurm_ops.write_files(files, name, controller, lab_nodes, image.munge_uid, image.munge_gid)
         mounts = files.mounts()
         node_ops.start_container(
-            podman, controller, image=image.ref, network=network, labels=labels, hosts=everyone,
-            mounts=mounts, init_args=["systemd.setenv=SLURM_ROLE=controller"],
+            podman,
+            controller,
+            image=image.ref,
+            network=network,
+            labels=labels,
+            hosts=everyone,
+            mounts=mounts,
+            init_args=["systemd.setenv=SLURM_ROLE=controller"],
         )
     for node in lab_nodes:
         node_ops.start_container(
-            podman, node, image=image.ref, network=network, labels=labels, hosts=everyone,
-            mounts=mounts, volumes=[CONTAINERD_VOLUME],
+            podman,
+            node,
+            image=image.ref,
+            network=network,
+            labels=labels,
+            hosts=everyone,
+            mounts=mounts,
+            volumes=[CONTAINERD_VOLUME],
             init_args=["systemd.setenv=SLURM_ROLE=compute"] if files else [],
         )
     public = key.with_suffix(".pub").read_text()

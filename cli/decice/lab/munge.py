@@ -90,8 +90,10 @@ def is_running(pid: int, socket: Path) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return bool(cmdline) and Path(cmdline[0].decode()).name == "munged" and any(
-        str(socket).encode() in arg for arg in cmdline
+    return (
+        bool(cmdline)
+        and Path(cmdline[0].decode()).name == "munged"
+        and any(str(socket).encode() in arg for arg in cmdline)
     )
 
 
@@ -104,14 +106,16 @@ def start_host_munged(paths: MungePaths) -> int:
     pid = read_pid(paths)
     if pid is not None and is_running(pid, paths.socket):
         return pid
-    run([
-        "munged",
-        f"--socket={paths.socket}",
-        f"--key-file={paths.host_key}",
-        f"--pid-file={paths.pid_file}",
-        f"--log-file={paths.log_file}",
-        f"--seed-file={paths.seed_file}",
-    ])
+    run(
+        [
+            "munged",
+            f"--socket={paths.socket}",
+            f"--key-file={paths.host_key}",
+            f"--pid-file={paths.pid_file}",
+            f"--log-file={paths.log_file}",
+            f"--seed-file={paths.seed_file}",
+        ]
+    )
     pid = read_pid(paths)
     if pid is None or not is_running(pid, paths.socket):
         raise LabError(f"host munged did not start; see {paths.log_file}")

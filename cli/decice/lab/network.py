@@ -20,7 +20,8 @@ MAX_NODES = 200
 def pick_subnet(lab: str, used: Iterable[str]) -> ipaddress.IPv4Network:
     """A /24 of the pool overlapping none of ``used``; the start point depends on the name."""
     taken = [
-        net for net in (ipaddress.ip_network(u, strict=False) for u in used)
+        net
+        for net in (ipaddress.ip_network(u, strict=False) for u in used)
         if isinstance(net, ipaddress.IPv4Network)
     ]
     candidates = list(POOL.subnets(new_prefix=24))
@@ -72,8 +73,14 @@ def create_network(
         subnet = pick_subnet(lab, [*podman.network_subnets(), *host_routes(), *tried])
         label_args = [arg for label in labels for arg in ("--label", label)]
         proc = podman(
-            "network", "create", *label_args,
-            "--subnet", str(subnet), "--gateway", str(subnet.network_address + 1), name,
+            "network",
+            "create",
+            *label_args,
+            "--subnet",
+            str(subnet),
+            "--gateway",
+            str(subnet.network_address + 1),
+            name,
             check=False,
         )
         if proc.returncode == 0:

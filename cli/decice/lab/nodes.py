@@ -42,9 +42,18 @@ def start_container(
 ) -> None:
     """``podman run`` one systemd node with a fixed IP and every lab name in /etc/hosts."""
     argv = [
-        "run", "-d", "--systemd=always", "--privileged",
-        "--network", network, "--ip", node.ip,
-        "--hostname", node.name, "--name", node.container,
+        "run",
+        "-d",
+        "--systemd=always",
+        "--privileged",
+        "--network",
+        network,
+        "--ip",
+        node.ip,
+        "--hostname",
+        node.name,
+        "--name",
+        node.container,
     ]
     for label in labels:
         argv += ["--label", label]
@@ -69,8 +78,15 @@ def install_authorized_key(podman: Podman, container: str, public_key: str) -> N
 def wait_booted(podman: Podman, container: str, timeout: float = BOOT_TIMEOUT) -> None:
     """Wait for systemd to finish booting; a degraded boot is an error naming the units."""
     proc = podman(
-        "exec", container, "timeout", str(int(timeout)), "systemctl", "is-system-running", "--wait",
-        check=False, timeout=timeout + 30,
+        "exec",
+        container,
+        "timeout",
+        str(int(timeout)),
+        "systemctl",
+        "is-system-running",
+        "--wait",
+        check=False,
+        timeout=timeout + 30,
     )
     state = proc.stdout.strip()
     if state == "running":
@@ -90,9 +106,19 @@ def wait_ssh(ssh_config: Path, host: str, timeout: float = SSH_TIMEOUT) -> None:
     last = ""
     while time.monotonic() < deadline:
         proc = run(
-            ["ssh", "-F", str(ssh_config), "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
-             host, "true"],
-            check=False, timeout=30,
+            [
+                "ssh",
+                "-F",
+                str(ssh_config),
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "ConnectTimeout=5",
+                host,
+                "true",
+            ],
+            check=False,
+            timeout=30,
         )
         if proc.returncode == 0:
             return

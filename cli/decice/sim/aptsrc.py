@@ -77,8 +77,12 @@ def _from_one_line(text: str) -> list[str]:
         if len(parts) < 3:
             continue
         uri, suite, *components = parts
-        lines = ["Types: deb deb-src", f"URIs: {uri}", f"Suites: {suite}",
-                 f"Components: {' '.join(components)}"]
+        lines = [
+            "Types: deb deb-src",
+            f"URIs: {uri}",
+            f"Suites: {suite}",
+            f"Components: {' '.join(components)}",
+        ]
         for opt in options.split():
             key, _, value = opt.partition("=")
             if key == "signed-by":
@@ -105,13 +109,20 @@ class TempApt:
         """The ``-o`` options that redirect apt away from the host's configuration."""
         r = self.root
         return [
-            "-o", f"Dir::Etc::SourceList={r / 'empty.list'}",
-            "-o", f"Dir::Etc::SourceParts={r / 'sources.list.d'}",
-            "-o", f"Dir::State::Lists={r / 'lists'}",
-            "-o", f"Dir::Cache::Archives={r / 'archives'}",
-            "-o", "Dir::Cache::pkgcache=",
-            "-o", "Dir::Cache::srcpkgcache=",
-            "-o", "APT::Sandbox::User=root",
+            "-o",
+            f"Dir::Etc::SourceList={r / 'empty.list'}",
+            "-o",
+            f"Dir::Etc::SourceParts={r / 'sources.list.d'}",
+            "-o",
+            f"Dir::State::Lists={r / 'lists'}",
+            "-o",
+            f"Dir::Cache::Archives={r / 'archives'}",
+            "-o",
+            "Dir::Cache::pkgcache=",
+            "-o",
+            "Dir::Cache::srcpkgcache=",
+            "-o",
+            "APT::Sandbox::User=root",
         ]
 
     def apt_get(self, args: Sequence[str], *, cwd: Path, logfile: Path) -> None:

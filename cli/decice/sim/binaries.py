@@ -121,8 +121,9 @@ def describe_binaries(
     root: Path | None = None,
 ) -> BinarySet:
     """Where each binary would come from; fetches and builds nothing."""
-    return _walk(bin_dir, downloads, recipe or BuildRecipe(), names, root, act=False,
-                 builder=build_into)
+    return _walk(
+        bin_dir, downloads, recipe or BuildRecipe(), names, root, act=False, builder=build_into
+    )
 
 
 def resolve_binaries(
@@ -134,8 +135,9 @@ def resolve_binaries(
     builder: Builder = build_into,
 ) -> BinarySet:
     """Every binary in ``names`` as a runnable file, downloading/building what is missing."""
-    return _walk(bin_dir, downloads, recipe or BuildRecipe(), names, root, act=True,
-                 builder=builder)
+    return _walk(
+        bin_dir, downloads, recipe or BuildRecipe(), names, root, act=True, builder=builder
+    )
 
 
 def _walk(
@@ -229,8 +231,12 @@ def _build_locked(
         tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".build-{key}-"))
         logfile = root / f"{key}.build.log"
         logfile.write_text(f"# decice sim binaries, recipe {key}\n{json.dumps(asdict(recipe))}\n")
-        log.warning("building control-plane binaries (recipe %s, log %s); the first build "
-                    "takes several minutes", key, logfile)
+        log.warning(
+            "building control-plane binaries (recipe %s, log %s); the first build "
+            "takes several minutes",
+            key,
+            logfile,
+        )
         try:
             started = time.monotonic()
             versions = dict(builder(recipe, tmp / "out", tmp / "work", logfile))

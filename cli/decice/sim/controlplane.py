@@ -125,15 +125,18 @@ class ControlPlane:
         self.extra_args = {k: list(v) for k, v in (extra_args or {}).items()}
         unknown = set(self.extra_args) - set(ORDER)
         if unknown:
-            raise InputError(f"extra_args for unknown components {sorted(unknown)}; "
-                             f"use {', '.join(ORDER)}")
+            raise InputError(
+                f"extra_args for unknown components {sorted(unknown)}; use {', '.join(ORDER)}"
+            )
         needed = ["etcd", "kube-apiserver"]
         needed += ["kube-controller-manager"] if controller_manager else []
         needed += ["kube-scheduler"] if scheduler else []
         missing = [n for n in needed if n not in binaries]
         if missing:
-            raise InputError(f"binaries missing for the control plane: {', '.join(missing)}; "
-                             "resolve them with decice.sim.binaries.resolve_binaries")
+            raise InputError(
+                f"binaries missing for the control plane: {', '.join(missing)}; "
+                "resolve them with decice.sim.binaries.resolve_binaries"
+            )
         self.components = tuple(n for n in ORDER if n in needed)
 
     # ----------------------------------------------------------------- public API
@@ -162,9 +165,13 @@ class ControlPlane:
                 if current.running and names == set(self.components) and same:
                     return self._info(state)
                 if current.components:
-                    log.warning("restarting the control plane in %s (%s)", self.data_dir,
-                                "options changed" if same is False and current.running
-                                else "not every component is running and healthy")
+                    log.warning(
+                        "restarting the control plane in %s (%s)",
+                        self.data_dir,
+                        "options changed"
+                        if same is False and current.running
+                        else "not every component is running and healthy",
+                    )
                 self._stop_recorded(state, timeout=15.0)
             return self._start_fresh(state)
 
@@ -206,10 +213,20 @@ class ControlPlane:
         ports = _pick_ports(dict((previous or {}).get("ports", {})))
         server = f"https://127.0.0.1:{ports['apiserver']}"
         write_kubeconfig(self.kubeconfig, server, pki, "admin", "decice-admin")
-        kcm_kc = write_kubeconfig(self.data_dir / "controller-manager.kubeconfig", server, pki,
-                                  "controller-manager", "system:kube-controller-manager")
-        sched_kc = write_kubeconfig(self.data_dir / "scheduler.kubeconfig", server, pki,
-                                    "scheduler", "system:kube-scheduler")
+        kcm_kc = write_kubeconfig(
+            self.data_dir / "controller-manager.kubeconfig",
+            server,
+            pki,
+            "controller-manager",
+            "system:kube-controller-manager",
+        )
+        sched_kc = write_kubeconfig(
+            self.data_dir / "scheduler.kubeconfig",
+            server,
+            pki,
+            "scheduler",
+            "system:kube-scheduler",
+        )
         state: dict[str, Any] = {
             "version": 1,
             "server": server,
@@ -231,8 +248,12 @@ class ControlPlane:
         }
         try:
             for name in self.components:
-                rec = spawn(name, argvs[name] + self.extra_args.get(name, []),
-                            self.data_dir / "logs" / f"{name}.log", cwd=self.data_dir)
+                rec = spawn(
+                    name,
+                    argvs[name] + self.extra_args.get(name, []),
+                    self.data_dir / "logs" / f"{name}.log",
+                    cwd=self.data_dir,
+                )
                 state["processes"][name] = rec.to_json()
                 _write_state(self.data_dir, state)
                 self._wait_healthy(rec, checks[name])
@@ -247,8 +268,7 @@ class ControlPlane:
         while True:
             if not is_alive(rec):
                 raise ControlPlaneError(
-                    f"{rec.name} exited during start-up; last lines of {rec.log}:\n"
-                    f"{tail(rec.log)}"
+                    f"{rec.name} exited during start-up; last lines of {rec.log}:\n{tail(rec.log)}"
                 )
             if check():
                 return
@@ -461,8 +481,9 @@ def _read_state(data_dir: Path) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except ValueError as exc:
-        raise ControlPlaneError(f"{path} is corrupt ({exc}); stop the processes by hand and "
-                                f"remove {data_dir}") from exc
+        raise ControlPlaneError(
+            f"{path} is corrupt ({exc}); stop the processes by hand and remove {data_dir}"
+        ) from exc
     return data if isinstance(data, dict) else None
 
 

@@ -71,8 +71,9 @@ def downloads_from_mapping(data: Mapping[str, Any], origin: str) -> dict[str, Do
             raise InputError(f"{where}: expected a mapping with url, sha256 and version")
         extra = set(entry) - {"url", "sha256", "version", "member"}
         if extra:
-            raise InputError(f"{where}: unknown keys {sorted(extra)}; "
-                             "allowed: url, sha256, version, member")
+            raise InputError(
+                f"{where}: unknown keys {sorted(extra)}; allowed: url, sha256, version, member"
+            )
         missing = [k for k in ("url", "version") if not entry.get(k)]
         if missing:
             raise InputError(f"{where}: missing {', '.join(missing)}")

@@ -57,12 +57,20 @@ class Pki:
 
 
 # name -> (common name, organization, usages, DNS SANs, IP SANs)
-LEAVES: dict[str, tuple[str, str | None, tuple[x509.ObjectIdentifier, ...],
-                        tuple[str, ...], tuple[str, ...]]] = {
+LEAVES: dict[
+    str, tuple[str, str | None, tuple[x509.ObjectIdentifier, ...], tuple[str, ...], tuple[str, ...]]
+] = {
     "apiserver": (
-        "kube-apiserver", None, (_SERVER,),
-        ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-         "kubernetes.default.svc.cluster.local"),
+        "kube-apiserver",
+        None,
+        (_SERVER,),
+        (
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ),
         ("127.0.0.1", SERVICE_IP),
     ),
     "etcd-server": ("etcd", None, (_SERVER, _CLIENT), ("localhost",), ("127.0.0.1",)),
@@ -88,15 +96,25 @@ def ensure_pki(directory: Path) -> Pki:
         now = dt.datetime.now(dt.UTC)
         cert = (
             x509.CertificateBuilder()
-            .subject_name(name).issuer_name(name).public_key(key.public_key())
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + 10 * _VALID)
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + 10 * _VALID)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(
-                x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                              content_commitment=False, key_encipherment=False,
-                              data_encipherment=False, key_agreement=False,
-                              encipher_only=False, decipher_only=False),
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
                 critical=True,
             )
             .sign(key, hashes.SHA256())
@@ -114,8 +132,11 @@ def ensure_pki(directory: Path) -> Pki:
     if not (pki.sa_key.exists() and pki.sa_pub.exists()):
         sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         _write_key(pki.sa_key, sa)
-        pki.sa_pub.write_bytes(sa.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+        pki.sa_pub.write_bytes(
+            sa.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
     return pki
 
 
@@ -136,9 +157,12 @@ def _issue(
     now = dt.datetime.now(dt.UTC)
     builder = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name(attrs)).issuer_name(ca_cert.subject)
-        .public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + _VALID)
+        .subject_name(x509.Name(attrs))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + _VALID)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage(list(usages)), critical=False)
     )
@@ -152,8 +176,9 @@ def _issue(
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:
-    data = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    data = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
@@ -169,10 +194,21 @@ def write_kubeconfig(path: Path, server: str, pki: Pki, leaf: str, user: str) ->
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "decice-sim", "cluster": {
-            "server": server, "certificate-authority-data": b64(pki.ca.cert)}}],
-        "users": [{"name": user, "user": {
-            "client-certificate-data": b64(pair.cert), "client-key-data": b64(pair.key)}}],
+        "clusters": [
+            {
+                "name": "decice-sim",
+                "cluster": {"server": server, "certificate-authority-data": b64(pki.ca.cert)},
+            }
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {
+                    "client-certificate-data": b64(pair.cert),
+                    "client-key-data": b64(pair.key),
+                },
+            }
+        ],
         "contexts": [{"name": "decice-sim", "context": {"cluster": "decice-sim", "user": user}}],
         "current-context": "decice-sim",
     }

@@ -37,8 +37,13 @@ class ProcessRecord:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ProcessRecord:
         """Inverse of :meth:`to_json`."""
-        return cls(str(data["name"]), int(data["pid"]), str(data["exe"]),
-                   int(data["start_ticks"]), str(data["log"]))
+        return cls(
+            str(data["name"]),
+            int(data["pid"]),
+            str(data["exe"]),
+            int(data["start_ticks"]),
+            str(data["log"]),
+        )
 
 
 def spawn(
@@ -55,9 +60,14 @@ def spawn(
         fh.write(f"\n=== {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n".encode())
         fh.flush()
         proc = subprocess.Popen(
-            list(argv), cwd=cwd, env={**os.environ, **(env or {})},
-            stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-            start_new_session=True, close_fds=True,
+            list(argv),
+            cwd=cwd,
+            env={**os.environ, **(env or {})},
+            stdin=subprocess.DEVNULL,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
         )
     _CHILDREN[proc.pid] = proc
     ticks = _start_ticks(proc.pid)

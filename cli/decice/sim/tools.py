@@ -53,19 +53,23 @@ def ensure_tools(tools: Sequence[Tool], *, install: bool = True) -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     result = subprocess.run(
         ["apt-get", "install", "-y", "--no-install-recommends", *packages],
-        env=env, capture_output=True, text=True, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if result.returncode != 0:
         # the package lists may simply be absent on a fresh machine
         subprocess.run(["apt-get", "update"], env=env, capture_output=True, check=False)
         result = subprocess.run(
             ["apt-get", "install", "-y", "--no-install-recommends", *packages],
-            env=env, capture_output=True, text=True, check=False,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
         )
     if result.returncode != 0:
-        raise BuildError(
-            f"apt-get install {' '.join(packages)} failed:\n{_tail(result.stderr)}"
-        )
+        raise BuildError(f"apt-get install {' '.join(packages)} failed:\n{_tail(result.stderr)}")
     still = [t.command for t in tools if find_tool(t) is None]
     if still:
         raise BuildError(f"installed {' '.join(packages)} but still missing: {', '.join(still)}")
@@ -93,8 +97,13 @@ def run(
             fh.write(f"\n$ {' '.join(args)}\n")
             fh.flush()
             rc = subprocess.run(
-                args, cwd=cwd, env=full_env, stdout=fh, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, check=False,
+                args,
+                cwd=cwd,
+                env=full_env,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                check=False,
             ).returncode
         if rc != 0:
             text = logfile.read_text(errors="replace")
@@ -105,8 +114,14 @@ def run(
         return ""
     try:
         result = subprocess.run(
-            args, cwd=cwd, env=full_env, capture_output=True, text=True,
-            stdin=subprocess.DEVNULL, check=False, timeout=timeout,
+            args,
+            cwd=cwd,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            check=False,
+            timeout=timeout,
         )
     except subprocess.TimeoutExpired as exc:
         raise BuildError(f"command timed out after {timeout} s: {' '.join(args)}") from exc
