@@ -91,3 +91,71 @@ PHASES: dict[str, dict[str, Callable[[PhaseContext], str]]] = {
     "up": {"kubernetes": up_kubernetes},
     "reset": {"kubernetes": reset_kubernetes},
 }
+
+
+def node_kind(node: dict[str, Any]) -> str:
+    """cpu | gpu | edge | hpc | control-plane, from a Node's labels and capacity."""
+    labels = node.get("metadata", {}).get("labels") or {}
+    capacity = node.get("status", {}).get("capacity") or {}
+    if "node-role.kubernetes.io/control-plane" in labels:
+        return "control-plane"
+    if "node-role.kubernetes.io/edge" in labels:
+        return "edge"
+    if labels.get("type") == "virtual-kubelet" or "virtual-node.interlink/type" in labels:
+        return "hpc"
+    if str(capacity.get("nvidia.com/gpu", "0")) not in {"", "0"}:
+        return "gpu"
+    return "cpu"
+
+
+def _node_counts(kubeconfig: Path) -> dict[str, dict[str, int]]:
+    import json
+
+    from kubernetes import client, config
+
+    api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+    raw = api.list_node(_preload_content=False, _request_timeout=10)
+    counts: dict[str, dict[str, int]] = {}
+    for node in json.loads(raw.data)["items"]:  # type: ignore[attr-defined]
+        kind = counts.setdefault(node_kind(node), {"total": 0, "ready": 0})
+        kind["total"] += 1
+        conditions = node.get("status", {}).get("conditions") or []
+        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+            kind["ready"] += 1
+    return counts
+
+
+def status(state_dir: Path, bin_dir: str | None) -> dict[str, Any]:
+    """Control plane, node counts by kind (from the API), the node agent."""
+    from decice.sim import nodes_service as agent_service
+
+    state_dir = state_dir.resolve()
+    out: dict[str, Any] = {
+        "data_dir": str(data_dir(state_dir)),
+        "control_plane": None,
+        "nodes": None,
+        "agent": None,
+    }
+    if not control_plane_dir(state_dir).exists():
+        return out
+    control = _control_plane(state_dir, bin_dir, act=False)
+    if "kubectl" in control.binaries:
+        out["kubectl"] = str(control.binaries.path("kubectl"))
+    plane = control.status()
+    out["control_plane"] = {
+        "running": plane.running,
+        "server": plane.server,
+        "components": [
+            {"name": c.name, "pid": c.pid, "alive": c.alive, "healthy": c.healthy}
+            for c in plane.components
+        ],
+    }
+    kubeconfig = state_dir / "kubeconfig"
+    if plane.running and kubeconfig.exists():
+        try:
+            out["nodes"] = _node_counts(kubeconfig)
+        except Exception as exc:
+            out["nodes"] = {"error": str(exc)}
+    agent = agent_service.read_status(state_dir)
+    out["agent"] = {"running": agent_service.running(state_dir), "status": agent}
+    return out
