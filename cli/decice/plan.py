@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -44,6 +45,12 @@ def build(loaded: LoadedSpec, *, only: list[str], skip: list[str]) -> dict[str, 
         from decice import __version__
 
         components.append({"name": "decice-scheduler", "version": __version__, "enabled": True})
+    binaries = None
+    if spec.target == "sim":
+        from decice.sim.binaries import describe_binaries
+
+        bin_dir = Path(spec.sim.bin_dir).expanduser() if spec.sim.bin_dir else None
+        binaries = describe_binaries(bin_dir).to_dict()
     return {
         "name": spec.name,
         "target": spec.target,
@@ -67,6 +74,7 @@ def build(loaded: LoadedSpec, *, only: list[str], skip: list[str]) -> dict[str, 
         ],
         "phases": [{"name": p, "selected": p in selected} for p in phases.PHASES["up"]],
         "components": components,
+        "sim_binaries": binaries,
     }
 
 
@@ -81,6 +89,15 @@ def render(data: dict[str, Any], console: Console) -> None:
         for host, groups in data["hosts"].items():
             table.add_row(host, ", ".join(groups))
         console.print(table)
+    if data.get("sim_binaries"):
+        table = Table(
+            box=None, header_style="bold", title="sim control plane", title_justify="left"
+        )
+        for column in ("binary", "version", "source", "path"):
+            table.add_column(column)
+        for name, info in data["sim_binaries"].items():
+            table.add_row(name, info["version"], info["source"], info["path"])
+        console.print(table)
     if data["sim_nodes"]:
         table = Table(box=None, header_style="bold", title="simulated nodes", title_justify="left")
         for column in ("prefix", "count", "capacity", "labels"):
@@ -90,6 +107,15 @@ def render(data: dict[str, Any], console: Console) -> None:
             table.add_row(
                 group["name_prefix"], str(group["count"]), capacity, ", ".join(group["labels"])
             )
+        console.print(table)
+    if data.get("sim_binaries"):
+        table = Table(
+            box=None, header_style="bold", title="sim control plane", title_justify="left"
+        )
+        for column in ("binary", "version", "source", "path"):
+            table.add_column(column)
+        for name, info in data["sim_binaries"].items():
+            table.add_row(name, info["version"], info["source"], info["path"])
         console.print(table)
     console.print(
         "phases     "
@@ -104,3 +130,12 @@ def render(data: dict[str, Any], console: Console) -> None:
     for comp in data["components"]:
         table.add_row(comp["name"], comp["version"], "" if comp["enabled"] else "[dim]off[/]")
     console.print(table)
+    if data.get("sim_binaries"):
+        table = Table(
+            box=None, header_style="bold", title="sim control plane", title_justify="left"
+        )
+        for column in ("binary", "version", "source", "path"):
+            table.add_column(column)
+        for name, info in data["sim_binaries"].items():
+            table.add_row(name, info["version"], info["source"], info["path"])
+        console.print(table)
