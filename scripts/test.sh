@@ -7,8 +7,8 @@ VENV=${VENV:-.venv}
 export PATH="$PWD/$VENV/bin:$PATH"
 
 echo "== ruff"
-ruff check cli scheduler tests bench
-ruff format --check cli scheduler tests bench
+ruff check cli scheduler tests bench molecule
+ruff format --check cli scheduler tests bench molecule
 echo "== mypy"
 mypy
 echo "== pytest"
