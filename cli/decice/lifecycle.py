@@ -54,7 +54,9 @@ def python_phases(target: str, command: str) -> dict[str, PythonPhase]:
         from decice.sim.target import PHASES
 
         return PHASES.get(command, {})
-    return {}
+    from decice.kubespray.phases import PHASES as KUBESPRAY
+
+    return KUBESPRAY.get(command, {})
 
 
 def playbook_for(command: str) -> Path:

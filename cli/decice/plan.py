@@ -51,6 +51,11 @@ def build(loaded: LoadedSpec, *, only: list[str], skip: list[str]) -> dict[str, 
 
         bin_dir = Path(spec.sim.bin_dir).expanduser() if spec.sim.bin_dir else None
         binaries = describe_binaries(bin_dir).to_dict()
+    kubespray = None
+    if spec.target != "sim":
+        from decice.kubespray import describe
+
+        kubespray = describe(loaded, inv)
     return {
         "name": spec.name,
         "target": spec.target,
@@ -75,6 +80,7 @@ def build(loaded: LoadedSpec, *, only: list[str], skip: list[str]) -> dict[str, 
         "phases": [{"name": p, "selected": p in selected} for p in phases.PHASES["up"]],
         "components": components,
         "sim_binaries": binaries,
+        "kubespray": kubespray,
     }
 
 
@@ -89,15 +95,6 @@ def render(data: dict[str, Any], console: Console) -> None:
         for host, groups in data["hosts"].items():
             table.add_row(host, ", ".join(groups))
         console.print(table)
-    if data.get("sim_binaries"):
-        table = Table(
-            box=None, header_style="bold", title="sim control plane", title_justify="left"
-        )
-        for column in ("binary", "version", "source", "path"):
-            table.add_column(column)
-        for name, info in data["sim_binaries"].items():
-            table.add_row(name, info["version"], info["source"], info["path"])
-        console.print(table)
     if data["sim_nodes"]:
         table = Table(box=None, header_style="bold", title="simulated nodes", title_justify="left")
         for column in ("prefix", "count", "capacity", "labels"):
@@ -107,15 +104,6 @@ def render(data: dict[str, Any], console: Console) -> None:
             table.add_row(
                 group["name_prefix"], str(group["count"]), capacity, ", ".join(group["labels"])
             )
-        console.print(table)
-    if data.get("sim_binaries"):
-        table = Table(
-            box=None, header_style="bold", title="sim control plane", title_justify="left"
-        )
-        for column in ("binary", "version", "source", "path"):
-            table.add_column(column)
-        for name, info in data["sim_binaries"].items():
-            table.add_row(name, info["version"], info["source"], info["path"])
         console.print(table)
     console.print(
         "phases     "
@@ -130,6 +118,14 @@ def render(data: dict[str, Any], console: Console) -> None:
     for comp in data["components"]:
         table.add_row(comp["name"], comp["version"], "" if comp["enabled"] else "[dim]off[/]")
     console.print(table)
+    kubespray = data.get("kubespray")
+    if kubespray:
+        cluster = kubespray["commands"]["cluster.yml"]
+        console.print(
+            f"[bold]kubespray[/] {kubespray['tag']} (kube_version {kubespray['kube_version']}, "
+            f"source: {kubespray['source']['origin']} {kubespray['source']['location']})"
+        )
+        console.print("  " + " ".join(str(a) for a in cluster["argv"]), soft_wrap=True)
     if data.get("sim_binaries"):
         table = Table(
             box=None, header_style="bold", title="sim control plane", title_justify="left"

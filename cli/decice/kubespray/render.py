@@ -1,0 +1,243 @@
+"""decice's inventory + spec -> Kubespray's inventory and group_vars.
+
+Every variable below is one Kubespray v2.29.1 reads (file named beside it):
+
+group_vars/all/decice.yml
+  kube_version              roles/kubespray_defaults/defaults/main/main.yml (the pin, no "v")
+  container_manager         roles/kubespray_defaults/defaults/main/main.yml
+  flush_iptables            roles/reset/defaults/main.yml (default true: flushes ALL rules)
+  reset_restart_network     roles/reset/defaults/main.yml (default true: restarts networking)
+  override_system_hostname  roles/bootstrap_os/defaults/main.yml (default true: renames hosts)
+  files_repo, registry_host inventory/sample/group_vars/all/offline.yml (offline convention)
+  github_url, dl_k8s_io_url, storage_googleapis_url, get_helm_url
+                            roles/kubespray_defaults/defaults/main/download.yml (every
+                            *_download_url is built from these four)
+  kube_image_repo, gcr_image_repo, github_image_repo, docker_image_repo, quay_image_repo
+                            roles/kubespray_defaults/defaults/main/download.yml
+  download_run_once, download_localhost, download_cache_dir
+                            roles/kubespray_defaults/defaults/main/download.yml
+group_vars/k8s_cluster/decice.yml
+  kube_network_plugin       roles/kubespray_defaults/defaults/main/main.yml
+  kubeconfig_localhost, artifacts_dir
+                            roles/kubernetes/client/defaults/main.yml
+
+kube_version and container_manager live in ``all`` (not ``k8s_cluster`` as in Kubespray's
+sample) so that etcd-only hosts derive the same etcd version and runtime.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from decice.errors import InputError
+from decice.mirror import Mirror
+
+KUBESPRAY_GROUPS = ("kube_control_plane", "etcd", "kube_node")
+NETWORK_PLUGINS = ("calico", "flannel", "cilium")
+CONTAINER_MANAGERS = ("containerd",)
+# Upstream hosts in Kubespray's download URLs -> the variable that holds each base URL.
+BASE_URLS = {
+    "github_url": "github.com",
+    "dl_k8s_io_url": "dl.k8s.io",
+    "storage_googleapis_url": "storage.googleapis.com",
+    "get_helm_url": "get.helm.sh",
+}
+IMAGE_REPOS = (
+    "kube_image_repo",
+    "gcr_image_repo",
+    "github_image_repo",
+    "docker_image_repo",
+    "quay_image_repo",
+)
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """What decice decides for Kubespray (from the spec and the pins)."""
+
+    kube_version: str
+    container_manager: str = "containerd"
+    network_plugin: str = "calico"
+    artifacts_dir: Path | None = None
+    files_repo: str | None = None  # offline files base URL
+    registry: str | None = None  # offline image registry host[:port][/path]
+    download_cache_dir: Path | None = None  # set: download once, share to the other nodes
+
+    def validate(self) -> None:
+        version = self.kube_version
+        if version.startswith("v") or len(version.split(".")) != 3:
+            raise InputError(
+                f"kube_version {version!r}: Kubespray wants MAJOR.MINOR.PATCH without 'v'"
+            )
+        if self.network_plugin not in NETWORK_PLUGINS:
+            raise InputError(
+                f"kubernetes.cni: {self.network_plugin!r} is not supported\n"
+                f"    fix: use one of {', '.join(NETWORK_PLUGINS)}"
+            )
+        if self.container_manager not in CONTAINER_MANAGERS:
+            raise InputError(
+                f"kubernetes.container_runtime: {self.container_manager!r} is not supported\n"
+                f"    fix: use one of {', '.join(CONTAINER_MANAGERS)}"
+            )
+
+
+def settings_for(
+    spec_kubernetes: Any,
+    kube_version: str,
+    *,
+    artifacts_dir: Path,
+    mirror: Mirror | None,
+    download_cache_dir: Path | None = None,
+) -> ClusterSettings:
+    """ClusterSettings from the spec's ``kubernetes`` block and the resolved mirror."""
+    registry = None
+    files_repo = None
+    if mirror is not None:
+        files_repo = mirror.files_repo()
+        registry = mirror.settings().get("registry")
+    settings = ClusterSettings(
+        kube_version=kube_version.lstrip("v"),
+        container_manager=spec_kubernetes.container_runtime,
+        network_plugin=spec_kubernetes.cni,
+        artifacts_dir=artifacts_dir,
+        files_repo=files_repo,
+        registry=registry,
+        download_cache_dir=download_cache_dir,
+    )
+    settings.validate()
+    return settings
+
+
+def _is_ip(value: object) -> bool:
+    try:
+        ipaddress.ip_address(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+def inventory(decice_inventory: dict[str, Any]) -> dict[str, Any]:
+    """Kubespray's inventory: the cluster hosts only, in Kubespray's groups.
+
+    KubeEdge edge hosts and interLink HPC endpoints are not Kubernetes nodes that
+    Kubespray installs (edge nodes join later with keadm), so they are left out
+    entirely: Kubespray's ``hosts: all`` plays must not touch them either.
+    """
+    root = decice_inventory["all"]
+    children = root.get("children") or {}
+    members = {
+        group: list((children.get(group) or {}).get("hosts") or {}) for group in KUBESPRAY_GROUPS
+    }
+    edge = set((children.get("decice_edge") or {}).get("hosts") or {})
+    if not members["kube_control_plane"]:
+        raise InputError(
+            "Kubespray needs at least one control-plane host; the inventory has none\n"
+            "    fix: give a host roles: [control_plane, etcd] (or allocation.control_plane: 1)"
+        )
+    etcd = members["etcd"] or members["kube_control_plane"]
+    if len(etcd) % 2 == 0:
+        raise InputError(f"etcd needs an odd number of hosts; the inventory gives {len(etcd)}")
+    both = sorted(edge & {h for hosts in members.values() for h in hosts})
+    if both:
+        raise InputError(
+            f"{', '.join(both)}: a host is either a KubeEdge edge node or a Kubespray node, "
+            "not both\n    fix: remove the edge role (or the cluster roles) of these hosts"
+        )
+    cluster_hosts = list(dict.fromkeys(h for g in KUBESPRAY_GROUPS for h in members[g]))
+    hostvars_in = root.get("hosts") or {}
+    hosts: dict[str, dict[str, Any]] = {}
+    for name in cluster_hosts:
+        hosts[name] = _host_vars(name, dict(hostvars_in.get(name) or {}))
+    groups: dict[str, Any] = {
+        group: {"hosts": dict.fromkeys(members[group])} for group in KUBESPRAY_GROUPS
+    }
+    groups["k8s_cluster"] = {"children": {"kube_control_plane": {}, "kube_node": {}}}
+    return {"all": {"hosts": hosts, "children": groups}}
+
+
+def _host_vars(name: str, hv: dict[str, Any]) -> dict[str, Any]:
+    if hv.get("ansible_python_interpreter") == sys.executable:
+        # decice's own interpreter (set for local connections): Kubespray's plays
+        # must run modules with the host's Python, not decice's env.
+        hv.pop("ansible_python_interpreter")
+    ip = hv.get("ip")
+    if ip is not None and not _is_ip(ip):
+        if ip == hv.get("ansible_host"):
+            # decice copied a host name address into `ip`; Kubespray binds to `ip`,
+            # so leave it out and let Kubespray use the default route's address.
+            hv.pop("ip")
+        else:
+            raise InputError(
+                f"host {name}: ip {ip!r} is not an IP address\n"
+                "    fix: Kubespray binds services to `ip`; give the address (or leave it out)"
+            )
+    if "ip" in hv:
+        hv.setdefault("access_ip", hv["ip"])
+    access = hv.get("access_ip")
+    if access is not None and not _is_ip(access):
+        raise InputError(f"host {name}: access_ip {access!r} is not an IP address")
+    return hv
+
+
+def group_vars(settings: ClusterSettings) -> dict[str, dict[str, Any]]:
+    """``{"all": {...}, "k8s_cluster": {...}}`` for Kubespray's group_vars directories."""
+    settings.validate()
+    all_vars: dict[str, Any] = {
+        "kube_version": settings.kube_version,
+        "container_manager": settings.container_manager,
+        # HPC-safe reset/bootstrap: shared nodes keep their firewall, network and name
+        # (reset.yml otherwise flushes every iptables rule and restarts networking).
+        "flush_iptables": False,
+        "reset_restart_network": False,
+        "override_system_hostname": False,
+    }
+    if settings.files_repo:
+        base = settings.files_repo.rstrip("/")
+        all_vars["files_repo"] = base
+        for var, host in BASE_URLS.items():
+            all_vars[var] = f"{base}/{host}"
+    if settings.registry:
+        all_vars["registry_host"] = settings.registry
+        for var in IMAGE_REPOS:
+            all_vars[var] = settings.registry
+    if settings.download_cache_dir is not None:
+        all_vars["download_run_once"] = True
+        all_vars["download_localhost"] = False
+        all_vars["download_cache_dir"] = str(settings.download_cache_dir)
+    cluster_vars: dict[str, Any] = {"kube_network_plugin": settings.network_plugin}
+    if settings.artifacts_dir is not None:
+        cluster_vars["kubeconfig_localhost"] = True
+        cluster_vars["artifacts_dir"] = str(settings.artifacts_dir)
+    return {"all": all_vars, "k8s_cluster": cluster_vars}
+
+
+HEADER = "# Written by decice for Kubespray; regenerated on every run - do not edit.\n"
+
+
+def write(
+    inventory_dir: Path, hosts: dict[str, Any], variables: dict[str, dict[str, Any]]
+) -> dict[str, Path]:
+    """Write hosts.yml and group_vars/<group>/decice.yml (0600); return the paths."""
+    inventory_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    out = {"hosts": inventory_dir / "hosts.yml"}
+    _write_yaml(out["hosts"], hosts)
+    for group, values in variables.items():
+        path = inventory_dir / "group_vars" / group / "decice.yml"
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _write_yaml(path, values)
+        out[group] = path
+    return out
+
+
+def _write_yaml(path: Path, data: Any) -> None:
+    text = HEADER + yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.chmod(0o600)
+    tmp.replace(path)

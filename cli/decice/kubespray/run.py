@@ -1,0 +1,393 @@
+"""Prepare, describe and run Kubespray's cluster.yml / reset.yml for a decice spec.
+
+Generated inputs live under the run directory::
+
+    <run>/kubespray/inventory/hosts.yml
+    <run>/kubespray/inventory/group_vars/all/decice.yml
+    <run>/kubespray/inventory/group_vars/k8s_cluster/decice.yml
+    <run>/kubespray/artifacts/admin.conf          (written by Kubespray's client role)
+    <run>/kubespray/runner/                       (ansible-runner's private data dir)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from decice import mirror as mirrors
+from decice import versions
+from decice.errors import InputError, RunFailedError
+from decice.kubespray import render, source, venv
+from decice.runner import Event, HostResult, PlaybookRun, RunFinished, TaskStarted, run_playbook
+from decice.spec import LoadedSpec
+
+SUBDIR = "kubespray"
+OPTIONS = ("--become",)
+RESET_EXTRAVARS = {"reset_confirmation": "yes"}  # playbooks/reset.yml: skips the prompt
+MAX_FAILURES_SHOWN = 5
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One ansible-playbook run of a Kubespray playbook: exactly what is executed."""
+
+    playbook: Path
+    binary: Path
+    inventory: Path
+    cwd: Path
+    env: dict[str, str]  # on top of decice's ansible environment (runner.ansible_env)
+    extravars: dict[str, str] = field(default_factory=dict)
+    options: tuple[str, ...] = OPTIONS
+
+    def argv(self) -> list[str]:
+        # extra vars as one JSON object, the form ansible-runner passes them in
+        extra = ["-e", json.dumps(self.extravars, separators=(",", ":"))] if self.extravars else []
+        return [
+            str(self.binary),
+            *self.options,
+            "-i",
+            str(self.inventory),
+            *extra,
+            str(self.playbook),
+        ]
+
+    def shell(self) -> str:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items() if k != "PATH")
+        return f"cd {shlex.quote(str(self.cwd))} && {env} {shlex.join(self.argv())}"
+
+
+def invocation(playbook: str, checkout: Path, env_path: Path, inventory_path: Path) -> Invocation:
+    """The command, working directory and environment for ``playbook`` of ``checkout``."""
+    if playbook not in {"cluster.yml", "reset.yml", "scale.yml", "upgrade-cluster.yml"}:
+        raise InputError(f"{playbook}: not a Kubespray playbook decice runs")
+    bin_dir = env_path / "bin"
+    env = {
+        # Kubespray's own settings (roles_path, library, ssh args, ...); its relative
+        # paths resolve against the config file's directory, the checkout.
+        "ANSIBLE_CONFIG": str(checkout / "ansible.cfg"),
+        "VIRTUAL_ENV": str(env_path),  # ansible.cfg's roles_path mentions $VIRTUAL_ENV
+        "PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")]),
+    }
+    extravars = dict(RESET_EXTRAVARS) if playbook == "reset.yml" else {}
+    return Invocation(
+        playbook=checkout / playbook,
+        binary=bin_dir / "ansible-playbook",
+        inventory=inventory_path,
+        cwd=checkout,
+        env=env,
+        extravars=extravars,
+    )
+
+
+# ---------------------------------------------------------------- preparation
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything needed to run Kubespray for one decice run."""
+
+    source: source.Source
+    env: venv.KubesprayEnv
+    kube_version: str
+    settings: render.ClusterSettings
+    hosts: dict[str, Any]
+    files: dict[str, Path]
+    work_dir: Path
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.work_dir / "artifacts"
+
+    def invocation(self, playbook: str) -> Invocation:
+        return invocation(playbook, self.source.path, self.env.path, self.files["hosts"])
+
+
+def wanted_versions(loaded: LoadedSpec) -> tuple[source.Pin, str]:
+    """(Kubespray pin, kube_version) for the spec (overrides need allow_untested_versions)."""
+    spec = loaded.spec.kubernetes
+    kube_version = spec.version or str(versions.pinned()["kubernetes"]["kube_version"])
+    return source.pin(spec.kubespray_tag), kube_version.lstrip("v")
+
+
+def spec_mirror(loaded: LoadedSpec) -> mirrors.Mirror | None:
+    base = loaded.source.parent if loaded.source else Path.cwd()
+    return mirrors.from_spec(loaded.spec.mirror, base)
+
+
+def check_kube_version(checkout: Path, kube_version: str) -> None:
+    known = source.kube_versions(checkout)
+    if kube_version in known:
+        return
+    minor = ".".join(kube_version.split(".")[:2]) + "."
+    same = [v for v in known if v.startswith(minor)]
+    hint = f"versions of {minor}x it knows: {', '.join(same)}" if same else "no release of it"
+    raise InputError(
+        f"kube_version {kube_version}: Kubespray at {checkout} has no checksums for it "
+        f"({hint})\n    fix: use a version it lists, or another Kubespray tag"
+    )
+
+
+def prepare(
+    loaded: LoadedSpec,
+    decice_inventory: dict[str, Any],
+    run_dir: Path,
+    *,
+    progress: Callable[[str], None] = lambda _text: None,
+    explicit_checkout: str | Path | None = None,
+    download_cache_dir: Path | None = None,
+) -> Prepared:
+    """Source + env + generated inventory: everything short of running Kubespray."""
+    pinned, kube_version = wanted_versions(loaded)
+    mirror = spec_mirror(loaded)
+    hosts = render.inventory(decice_inventory)  # bad input fails before any download
+    work_dir = run_dir / SUBDIR
+    settings = render.settings_for(
+        loaded.spec.kubernetes,
+        kube_version,
+        artifacts_dir=work_dir / "artifacts",
+        mirror=mirror,
+        download_cache_dir=download_cache_dir,
+    )
+    progress(f"kubespray {pinned.tag}: source")
+    src = source.ensure(pinned, mirror, source.explicit_dir(explicit_checkout))
+    check_kube_version(src.path, kube_version)
+    progress(f"kubespray {pinned.tag}: Python env (a first build takes minutes)")
+    env = venv.ensure(src)
+    files = render.write(work_dir / "inventory", hosts, render.group_vars(settings))
+    return Prepared(src, env, kube_version, settings, hosts, files, work_dir)
+
+
+# ---------------------------------------------------------------- running
+
+
+def run(
+    inv: Invocation,
+    private_data_dir: Path,
+    *,
+    ident: str,
+    cancel: threading.Event | None = None,
+) -> Iterator[Event]:
+    """Run ``inv`` through ansible-runner and yield its typed events.
+
+    ansible-runner takes the command line options from ``env/cmdline`` of its private
+    data dir and runs from ``project/`` when that exists: the first holds ``--become``,
+    the second is a link to the checkout, so the run matches ``inv.argv()`` and ``inv.cwd``.
+    The binary is the env's ansible-playbook: ``inv.env`` puts its bin directory first
+    on PATH, which ansible-runner (pexpect) searches.
+    """
+    private_data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (private_data_dir / "env").mkdir(exist_ok=True, mode=0o700)
+    (private_data_dir / "env" / "cmdline").write_text(shlex.join(inv.options), encoding="utf-8")
+    project = private_data_dir / "project"
+    if project.is_symlink() or project.exists():
+        project.unlink()
+    project.symlink_to(inv.cwd, target_is_directory=True)
+    yield from run_playbook(
+        PlaybookRun(
+            playbook=inv.playbook,
+            inventory=inv.inventory,
+            private_data_dir=private_data_dir,
+            extravars=dict(inv.extravars),
+            envvars=dict(inv.env),
+            ident=ident,
+        ),
+        cancel,
+    )
+
+
+@dataclass
+class Outcome:
+    status: str = ""
+    rc: int = 0
+    failures: list[HostResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "successful" and self.rc == 0
+
+    def message(self, what: str, where: Path) -> str:
+        lines = [f"Kubespray {what} {self.status or 'failed'} (rc {self.rc}); output in {where}"]
+        for failure in self.failures[:MAX_FAILURES_SHOWN]:
+            lines.append(f"  {failure.host}: {failure.task}: {failure.message}")
+        if len(self.failures) > MAX_FAILURES_SHOWN:
+            lines.append(f"  … and {len(self.failures) - MAX_FAILURES_SHOWN} more")
+        return "\n".join(lines)
+
+
+def run_and_collect(
+    inv: Invocation,
+    private_data_dir: Path,
+    *,
+    ident: str,
+    progress: Callable[[str], None] = lambda _text: None,
+    cancel: threading.Event | None = None,
+) -> Outcome:
+    outcome = Outcome()
+    for event in run(inv, private_data_dir, ident=ident, cancel=cancel):
+        if isinstance(event, TaskStarted):
+            progress(f"kubespray: {event.task}")
+        elif isinstance(event, HostResult):
+            if event.status == "unreachable" or (event.status == "failed" and not event.ignored):
+                outcome.failures.append(event)
+        elif isinstance(event, RunFinished):
+            outcome.status, outcome.rc = event.status, event.rc
+    return outcome
+
+
+# ---------------------------------------------------------------- kubeconfig
+
+
+def reachable_address(hosts: dict[str, Any]) -> str:
+    """The first control-plane host as decice reaches it (ansible_host, else access_ip/ip)."""
+    first = next(iter(hosts["all"]["children"]["kube_control_plane"]["hosts"]))
+    hv = hosts["all"]["hosts"].get(first) or {}
+    for key in ("ansible_host", "access_ip", "ip"):
+        if hv.get(key):
+            return str(hv[key])
+    return str(first)
+
+
+def install_kubeconfig(admin_conf: Path, dest: Path, address: str) -> str:
+    """Copy Kubespray's admin.conf to ``dest`` (0600), server rewritten to ``address``.
+
+    Kubespray writes the control plane's ``ip`` (often an internal interface); decice
+    keeps the port and uses the address it reaches the host by. Returns the server URL.
+    """
+    if not admin_conf.is_file():
+        raise RunFailedError(
+            f"{admin_conf}: Kubespray wrote no admin kubeconfig\n"
+            "    fix: check that kubeconfig_localhost ran (Kubespray's client role)"
+        )
+    config = yaml.safe_load(admin_conf.read_text(encoding="utf-8")) or {}
+    clusters = config.get("clusters") or []
+    if not clusters:
+        raise RunFailedError(f"{admin_conf}: no clusters in the kubeconfig")
+    host = f"[{address}]" if ":" in address else address
+    server = ""
+    for entry in clusters:
+        cluster = entry.get("cluster") or {}
+        old = urllib.parse.urlsplit(str(cluster.get("server", "")))
+        port = old.port or 6443
+        server = f"https://{host}:{port}"
+        cluster["server"] = server
+    dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        yaml.safe_dump(config, handle, sort_keys=False)
+    tmp.replace(dest)
+    dest.chmod(0o600)
+    return server
+
+
+@dataclass(frozen=True)
+class Deployed:
+    tag: str
+    kube_version: str
+    kubeconfig: Path
+    server: str
+    source: str
+
+    def record_versions(self) -> dict[str, str]:
+        return {"kubespray": self.tag, "kubernetes": self.kube_version}
+
+
+def deploy(
+    prepared: Prepared,
+    kubeconfig: Path,
+    *,
+    progress: Callable[[str], None] = lambda _text: None,
+    cancel: threading.Event | None = None,
+) -> Deployed:
+    """cluster.yml, then the admin kubeconfig at ``kubeconfig`` (0600)."""
+    inv = prepared.invocation("cluster.yml")
+    runner_dir = prepared.work_dir / "runner"
+    outcome = run_and_collect(inv, runner_dir, ident="cluster", progress=progress, cancel=cancel)
+    if not outcome.ok:
+        raise RunFailedError(outcome.message("cluster.yml", runner_dir / "artifacts" / "cluster"))
+    server = install_kubeconfig(
+        prepared.artifacts_dir / "admin.conf", kubeconfig, reachable_address(prepared.hosts)
+    )
+    return Deployed(
+        prepared.source.tag, prepared.kube_version, kubeconfig, server, prepared.source.describe()
+    )
+
+
+def reset(
+    prepared: Prepared,
+    kubeconfig: Path,
+    *,
+    progress: Callable[[str], None] = lambda _text: None,
+    cancel: threading.Event | None = None,
+) -> None:
+    """reset.yml (confirmed, HPC-safe group_vars), then forget the kubeconfig."""
+    inv = prepared.invocation("reset.yml")
+    runner_dir = prepared.work_dir / "runner"
+    outcome = run_and_collect(inv, runner_dir, ident="reset", progress=progress, cancel=cancel)
+    if not outcome.ok:
+        raise RunFailedError(outcome.message("reset.yml", runner_dir / "artifacts" / "reset"))
+    kubeconfig.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- plan
+
+
+def describe(loaded: LoadedSpec, decice_inventory: dict[str, Any]) -> dict[str, Any]:
+    """What `decice up` would run for Kubespray; fetches and builds nothing.
+
+    Paths under the run directory are shown as ``<run>/kubespray/...``.
+    """
+    pinned, kube_version = wanted_versions(loaded)
+    mirror = spec_mirror(loaded)
+    hosts = render.inventory(decice_inventory)
+    work = Path("<run>") / SUBDIR
+    registry = None
+    if mirror is not None and mirror.is_local:
+        registry = mirror.settings().get("registry")
+    settings = render.ClusterSettings(
+        kube_version=kube_version,
+        container_manager=loaded.spec.kubernetes.container_runtime,
+        network_plugin=loaded.spec.kubernetes.cni,
+        artifacts_dir=work / "artifacts",
+        files_repo=mirror.files_repo() if mirror else None,
+        registry=registry,
+    )
+    settings.validate()
+    explicit = source.explicit_dir()
+    origin = source.plan_source(pinned, mirror, explicit)
+    checkout = explicit or source.tag_dir(pinned.tag) / "src"
+    env_path = source.tag_dir(pinned.tag) / "venv"
+    if explicit is not None:
+        env_path = venv.env_dir(source.Source(pinned.tag, explicit, "checkout", "", None, ""))
+    inventory_path = work / "inventory" / "hosts.yml"
+    commands = {
+        name: invocation(name, checkout, env_path, inventory_path)
+        for name in ("cluster.yml", "reset.yml")
+    }
+    return {
+        "tag": pinned.tag,
+        "kube_version": kube_version,
+        "source": origin,
+        "sha256": pinned.sha256,
+        "commit": pinned.commit,
+        "venv": str(env_path),
+        "hosts": {g: list(hosts["all"]["children"][g]["hosts"]) for g in render.KUBESPRAY_GROUPS},
+        "group_vars": render.group_vars(settings),
+        "commands": {
+            name: {"argv": inv.argv(), "cwd": str(inv.cwd), "env": inv.env}
+            for name, inv in commands.items()
+        },
+    }
+
+
+def describe_json(loaded: LoadedSpec, decice_inventory: dict[str, Any]) -> str:
+    return json.dumps(describe(loaded, decice_inventory), indent=2, default=str)

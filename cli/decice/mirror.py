@@ -1,0 +1,224 @@
+"""Artifact mirror for offline sites: where decice and Kubespray fetch what upstream would serve.
+
+A mirror is a directory (``mirror.path``, e.g. on a shared file system that every node
+mounts at the same path) or an HTTP(S) base URL (``mirror.url``) with this layout::
+
+    kubespray/kubespray-<tag>.tar.gz   the Kubespray source (a GitHub tag archive)
+    kubespray/SHA256SUMS               optional: ``<sha256>  <file name>`` lines (sha256sum format)
+    files/<host>/<path>                Kubespray's offline files as contrib/offline/
+                                       manage-offline-files.sh lays them out (``wget -x``),
+                                       e.g. files/dl.k8s.io/release/v1.32.10/bin/linux/amd64/kubelet
+    mirror.yml                         optional settings: ``registry: host[:port]`` (a container
+                                       registry holding Kubespray's images, see contrib/offline/
+                                       manage-offline-container-images.sh)
+
+Every SHA256SUMS file covers the files of its own directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from decice.errors import InputError, RunFailedError
+from decice.spec_model import MirrorSpec
+
+SETTINGS_FILE = "mirror.yml"
+SUMS_FILE = "SHA256SUMS"
+FILES_DIR = "files"
+CHUNK = 1 << 20
+TIMEOUT_S = 60.0
+
+_SUM_LINE = re.compile(r"^([0-9a-fA-F]{64})\s+\*?(\S.*)$")
+_REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._/-]+)?$")
+
+
+class MirrorError(RunFailedError):
+    """A mirror or upstream file could not be fetched."""
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """A resolved mirror: an absolute directory or a base URL (no trailing slash)."""
+
+    kind: Literal["path", "url"]
+    root: str
+
+    @property
+    def is_local(self) -> bool:
+        return self.kind == "path"
+
+    def location(self, *parts: str) -> str:
+        """Path (local mirror) or URL (remote mirror) of ``parts`` below the root."""
+        if self.kind == "path":
+            return str(Path(self.root).joinpath(*parts))
+        return "/".join([self.root, *(urllib.parse.quote(p) for p in parts)])
+
+    def describe(self) -> str:
+        return f"mirror {self.kind} {self.root}"
+
+    def exists(self, *parts: str) -> bool:
+        if self.kind == "path":
+            return Path(self.location(*parts)).is_file()
+        try:
+            with urllib.request.urlopen(
+                urllib.request.Request(self.location(*parts), method="HEAD"), timeout=TIMEOUT_S
+            ):
+                return True
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def read_text(self, *parts: str) -> str | None:
+        """Text of a small file of the mirror; None when it is not there."""
+        if self.kind == "path":
+            path = Path(self.location(*parts))
+            return path.read_text(encoding="utf-8") if path.is_file() else None
+        try:
+            with urllib.request.urlopen(self.location(*parts), timeout=TIMEOUT_S) as response:
+                data: bytes = response.read(CHUNK)
+                return data.decode("utf-8")
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise MirrorError(f"{self.location(*parts)}: HTTP {exc.code}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise MirrorError(f"{self.location(*parts)}: {exc}") from None
+
+    def fetch(self, parts: tuple[str, ...], dest: Path) -> str:
+        """Copy or download ``parts`` to ``dest``; return its sha256."""
+        return download(self.location(*parts), dest)
+
+    def sha256_of(self, directory: str, name: str) -> str | None:
+        """The sha256 the mirror's ``<directory>/SHA256SUMS`` lists for ``name`` (or None)."""
+        text = self.read_text(directory, SUMS_FILE)
+        if text is None:
+            return None
+        return parse_sha256sums(text, self.location(directory, SUMS_FILE)).get(name)
+
+    def settings(self) -> dict[str, Any]:
+        """The optional ``mirror.yml`` (validated)."""
+        text = self.read_text(SETTINGS_FILE)
+        if text is None:
+            return {}
+        where = self.location(SETTINGS_FILE)
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise InputError(f"{where}: not valid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise InputError(f"{where}: must be a mapping (e.g. `registry: host:5000`)")
+        unknown = sorted(set(data) - {"registry"})
+        if unknown:
+            raise InputError(f"{where}: unknown key(s) {', '.join(unknown)}\n    fix: use registry")
+        registry = data.get("registry")
+        if registry is not None and not (isinstance(registry, str) and _REGISTRY.match(registry)):
+            raise InputError(
+                f"{where}: registry: {registry!r} is not host[:port][/path]\n"
+                "    fix: write the registry without a scheme, e.g. registry.local:5000"
+            )
+        return data
+
+    def files_repo(self) -> str:
+        """Base URL of Kubespray's offline files (its ``files_repo`` convention).
+
+        A local mirror gives a ``file://`` URL: the nodes read the files themselves
+        (Kubespray's download role runs ``get_url`` on the nodes), so the directory must
+        be mounted at the same path on every node (a shared file system).
+        """
+        if self.kind == "path":
+            return Path(self.root, FILES_DIR).as_uri()
+        return f"{self.root}/{FILES_DIR}"
+
+
+def from_spec(spec: MirrorSpec | None, base: Path) -> Mirror | None:
+    """Resolve the spec's mirror; relative paths are relative to the spec file's directory."""
+    if spec is None:
+        return None
+    if spec.path is not None:
+        path = Path(spec.path).expanduser()
+        if not path.is_absolute():
+            path = base / path
+        if not path.is_dir():
+            raise InputError(
+                f"mirror.path: {path} is not a directory\n"
+                "    fix: point it at the mirror directory (see docs/kubespray.md for its layout)"
+            )
+        return Mirror("path", str(path.resolve()))
+    url = str(spec.url).rstrip("/")
+    scheme = urllib.parse.urlsplit(url).scheme
+    if scheme not in {"http", "https", "file"}:
+        raise InputError(
+            f"mirror.url: {url!r} is not an http(s) or file URL\n"
+            "    fix: write it as https://host/path (or use mirror.path for a directory)"
+        )
+    return Mirror("url", url)
+
+
+def parse_sha256sums(text: str, where: str = SUMS_FILE) -> dict[str, str]:
+    """``name -> sha256`` from sha256sum output (``<hex>  <name>`` or ``<hex> *<name>``)."""
+    out: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        match = _SUM_LINE.match(stripped)
+        if not match:
+            raise InputError(f"{where}:{number}: not a sha256sum line: {stripped[:80]!r}")
+        name = match.group(2).strip().removeprefix("./")
+        out[name] = match.group(1).lower()
+    return out
+
+
+def download(source: str, dest: Path, *, timeout: float = TIMEOUT_S) -> str:
+    """Copy a local path or download a URL to ``dest`` (written whole or not at all).
+
+    Returns the sha256 of what was written.
+    """
+    digest = hashlib.sha256()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.part")
+    try:
+        with tmp.open("wb") as out:
+            if "://" not in source:
+                with Path(source).open("rb") as handle:
+                    _copy(handle, out, digest)
+            else:
+                try:
+                    with urllib.request.urlopen(source, timeout=timeout) as response:
+                        _copy(response, out, digest)
+                except urllib.error.HTTPError as exc:
+                    raise MirrorError(f"{source}: HTTP {exc.code} {exc.reason}") from None
+                except (urllib.error.URLError, OSError) as exc:
+                    raise MirrorError(f"{source}: cannot download: {exc}") from None
+        tmp.replace(dest)
+    except FileNotFoundError:
+        raise MirrorError(f"{source}: no such file") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return digest.hexdigest()
+
+
+def _copy(src: Any, out: Any, digest: Any) -> None:
+    while True:
+        chunk = src.read(CHUNK)
+        if not chunk:
+            break
+        digest.update(chunk)
+        out.write(chunk)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
