@@ -55,7 +55,22 @@ def up_kubernetes(ctx: PhaseContext) -> str:
     return note
 
 
+def _ever_deployed(state_dir: Path) -> bool:
+    """Did any earlier `up` of this state dir start Kubespray (even if it failed)?"""
+    from decice.records import RunStore
+
+    for record in RunStore(state_dir).list():
+        if record.command != "up":
+            continue
+        for phase in record.phases:
+            if phase.name == "kubernetes" and phase.status not in {"pending", "not run", "skipped"}:
+                return True
+    return (state_dir / "kubeconfig").exists()
+
+
 def reset_kubernetes(ctx: PhaseContext) -> str:
+    if not _ever_deployed(ctx.loaded.state_dir):
+        return "no earlier `up` ran Kubespray from this state dir: nothing to reset"
     prepared = _prepare(ctx)
     kubeconfig = ctx.loaded.state_dir.resolve() / "kubeconfig"
     run.reset(prepared, kubeconfig, progress=ctx.progress)
