@@ -177,9 +177,7 @@ class NodeState:
     used: Resources = field(default_factory=Resources)
 
 
-PodPhase = Literal[
-    "admitting", "running", "succeeded", "failed", "rejected", "deleting", "foreign-terminal"
-]
+PodPhase = Literal["admitting", "running", "succeeded", "failed", "rejected", "deleting"]
 
 
 @dataclass(slots=True)
@@ -293,21 +291,19 @@ class NodeAgent:
                 str(meta.get("namespace")),
                 str(meta["name"]),
                 node.name,
-                pod_request(pod),
+                _request(pod),
                 "admitting",
             )
             self.pods[uid] = rec
             self.counts["admitting"] += 1
-            if meta.get("deletionTimestamp"):
-                pass  # handled below
-            elif phase in ("Succeeded", "Failed"):
-                self._set_state(rec, "foreign-terminal")
+            if not meta.get("deletionTimestamp"):
+                if phase in ("Succeeded", "Failed"):  # seen after a restart or relist
+                    self._set_state(rec, "succeeded" if phase == "Succeeded" else "failed")
+                elif phase == "Running":
+                    self._adopt(rec, pod)
+                else:
+                    self._admit(rec, pod, node)
                 return
-            elif phase == "Running":
-                self._adopt(rec, pod)
-                return
-            else:
-                self._admit(rec, pod, node)
         if meta.get("deletionTimestamp"):
             if rec.state != "deleting":
                 self._release(rec)
@@ -382,19 +378,10 @@ class NodeAgent:
         self.enqueue(self._patch_status, rec, patch)
 
     def relist(self, items: Sequence[Mapping[str, Any]]) -> None:
-        """Replace the view of bound pods with a fresh LIST (pods gone meanwhile are
-        forgotten; pending ones are admitted oldest first, like a restarting kubelet)."""
-        self.stats.relists += 1
-        self.stats.last_relist = simnodes.rfc3339(datetime.now(UTC))
-        present = {str(p["metadata"]["uid"]) for p in items}
-        for uid in [u for u in self.pods if u not in present]:
-            self._forget(uid)
-        for rec in self.pods.values():
-            if rec.state == "deleting":  # its force delete may have failed: try again
-                self.enqueue(self._force_delete, rec)
-        ordered = sorted(items, key=lambda p: p["metadata"].get("creationTimestamp") or "")
-        for pod in ordered:
-            self.on_pod("MODIFIED", pod)
+        """Replace the view of bound pods with a fresh LIST (see :class:`Relist`)."""
+        relist = Relist(self)
+        relist.page(items)
+        relist.finish()
 
     # ------------------------------------------------------------ writes
 
@@ -440,10 +427,15 @@ class NodeAgent:
         backoff = 0.5
         while True:
             try:
+                relist = Relist(self)
                 with gc_paused():
-                    items, rv = await self.client.list_all("/api/v1/pods", BOUND)
-                    self.relist(items)
-                    del items
+                    rv = ""
+                    pages = self.client.list_pages("/api/v1/pods", BOUND, 2000)
+                    async for items, page_rv in pages:
+                        relist.page(items)
+                        rv = page_rv
+                    relist.finish()
+                del relist
                 self.ready.set()
                 while True:
                     async for event in self.client.watch("/api/v1/pods", rv, BOUND):
@@ -548,6 +540,84 @@ class NodeAgent:
                 write_status(status_file, {**self.status(), "ready": False, "stopped": True})
 
 
+class Relist:
+    """A fresh LIST applied page by page, holding only slim copies of pending pods.
+
+    Pods no longer listed are forgotten (deleted during a watch gap), pods in a terminal
+    phase, Running or being deleted are applied at once, and pending pods are admitted
+    at the end, oldest first, like a restarting kubelet.
+    """
+
+    def __init__(self, agent: NodeAgent) -> None:
+        self.agent = agent
+        self.present: set[str] = set()
+        self.pending: list[dict[str, Any]] = []
+
+    def page(self, items: Sequence[Mapping[str, Any]]) -> None:
+        nodes = self.agent.nodes
+        for pod in items:
+            meta = pod["metadata"]
+            self.present.add(str(meta["uid"]))
+            if (pod.get("spec") or {}).get("nodeName") not in nodes:
+                continue
+            phase = (pod.get("status") or {}).get("phase")
+            if phase == "Pending" and not meta.get("deletionTimestamp"):
+                self.pending.append(_slim(pod))
+            else:
+                self.agent.on_pod("MODIFIED", pod)
+
+    def finish(self) -> None:
+        agent = self.agent
+        agent.stats.relists += 1
+        agent.stats.last_relist = simnodes.rfc3339(datetime.now(UTC))
+        for uid in [u for u in agent.pods if u not in self.present]:
+            agent._forget(uid)
+        for rec in agent.pods.values():
+            if rec.state == "deleting":  # its force delete may have failed: try again
+                agent.enqueue(agent._force_delete, rec)
+        self.pending.sort(key=lambda p: p["metadata"].get("creationTimestamp") or "")
+        for pod in self.pending:
+            agent.on_pod("MODIFIED", pod)
+        self.pending = []
+
+
+_SPEC_KEYS = ("nodeName", "containers", "initContainers", "overhead", "resources")
+_CONTAINER_KEYS = ("name", "image", "resources", "restartPolicy")
+
+
+def _slim(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a pod that admission and the status patches read."""
+    meta = pod["metadata"]
+    spec = pod.get("spec") or {}
+    slim_spec: dict[str, Any] = {k: spec[k] for k in _SPEC_KEYS if k in spec}
+    for key in ("containers", "initContainers"):
+        if key in slim_spec:
+            slim_spec[key] = [
+                {k: c[k] for k in _CONTAINER_KEYS if k in c} for c in slim_spec[key] or ()
+            ]
+    slim_meta = {
+        k: meta[k]
+        for k in ("uid", "name", "namespace", "creationTimestamp", "annotations")
+        if k in meta
+    }
+    return {"metadata": slim_meta, "spec": slim_spec, "status": {"phase": "Pending"}}
+
+
+def _request(pod: Mapping[str, Any]) -> Resources:
+    """The pod's request; one that does not parse (the API validates them) counts as 0."""
+    try:
+        return pod_request(pod)
+    except ValueError as exc:
+        meta = pod.get("metadata") or {}
+        log.warning(
+            "%s/%s: bad resource quantity (%s); counted as 0",
+            meta.get("namespace"),
+            meta.get("name"),
+            exc,
+        )
+        return Resources(pods=1)
+
+
 def write_status(path: Path, data: Mapping[str, Any]) -> None:
     """Atomic write (temporary file in the same directory, then rename)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -605,17 +675,28 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m decice.sim.agent", description="Node agent of the decice simulator."
     )
-    parser.add_argument("--kubeconfig", type=Path, required=True)
+    parser.add_argument("--kubeconfig", type=Path, required=True, help="admin kubeconfig")
     parser.add_argument(
         "--nodes-file",
         type=Path,
         required=True,
         help="JSON: a list of node groups, or {'nodes': [...]}",
     )
-    parser.add_argument("--status-file", type=Path)
-    parser.add_argument("--heartbeat", choices=("auto", "on", "off"), default="auto")
-    parser.add_argument("--lease-interval", type=float, default=20.0)
-    parser.add_argument("--max-in-flight", type=int, default=64)
+    parser.add_argument(
+        "--status-file", type=Path, help="JSON counts, rewritten atomically every 2 s"
+    )
+    parser.add_argument(
+        "--heartbeat",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="renew node Leases (auto: when admission taints new nodes not-ready)",
+    )
+    parser.add_argument(
+        "--lease-interval", type=float, default=20.0, help="seconds between renewals of a Lease"
+    )
+    parser.add_argument(
+        "--max-in-flight", type=int, default=64, help="concurrent API requests (HTTP/2 streams)"
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
 

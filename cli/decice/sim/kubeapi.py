@@ -247,20 +247,30 @@ class KubeClient:
         """GET and return the decoded body."""
         return (await self.request("GET", path, params=params)).body
 
+    async def list_pages(
+        self, path: str, params: Mapping[str, str | int] | None = None, page: int = 5000
+    ) -> AsyncIterator[tuple[list[dict[str, Any]], str]]:
+        """A (paginated) LIST page by page: (items, the list's resourceVersion)."""
+        query: dict[str, str | int] = {**(params or {}), "limit": page}
+        while True:
+            body = await self.get(path, query)
+            meta = body.get("metadata") or {}
+            yield body.get("items") or [], str(meta.get("resourceVersion", ""))
+            cont = meta.get("continue")
+            if not cont:
+                return
+            query["continue"] = cont
+
     async def list_all(
         self, path: str, params: Mapping[str, str | int] | None = None, page: int = 5000
     ) -> tuple[list[dict[str, Any]], str]:
         """Every item of a (paginated) LIST and the list's resourceVersion."""
         items: list[dict[str, Any]] = []
-        query: dict[str, str | int] = {**(params or {}), "limit": page}
-        while True:
-            body = await self.get(path, query)
-            items.extend(body.get("items") or ())
-            meta = body.get("metadata") or {}
-            cont = meta.get("continue")
-            if not cont:
-                return items, str(meta.get("resourceVersion", ""))
-            query["continue"] = cont
+        rv = ""
+        async for page_items, page_rv in self.list_pages(path, params, page):
+            items.extend(page_items)
+            rv = page_rv
+        return items, rv
 
     @asynccontextmanager
     async def _stream(
