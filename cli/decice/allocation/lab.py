@@ -18,6 +18,8 @@ def _machines(info: object) -> tuple[Machine, ...]:
         "ansible_ssh_private_key_file": info.ssh_key,
         "ansible_ssh_common_args": SSH_OPTIONS,
         "ansible_python_interpreter": "/usr/bin/python3",
+        # lab nodes share this machine's kernel: no vm./kernel. sysctls, no swapoff
+        "prepare_kernel_wide": False,
     }
     return tuple(Machine(node.name, node.ip, (), dict(common)) for node in info.nodes)
 

@@ -76,21 +76,32 @@ def install_authorized_key(podman: Podman, container: str, public_key: str) -> N
 
 
 def wait_booted(podman: Podman, container: str, timeout: float = BOOT_TIMEOUT) -> None:
-    """Wait for systemd to finish booting; a degraded boot is an error naming the units."""
-    proc = podman(
-        "exec",
-        container,
-        "timeout",
-        str(int(timeout)),
-        "systemctl",
-        "is-system-running",
-        "--wait",
-        check=False,
-        timeout=timeout + 30,
-    )
-    state = proc.stdout.strip()
-    if state == "running":
-        return
+    """Wait for systemd to finish booting; a degraded boot is an error naming the units.
+
+    Right after start, systemd's bus may not exist yet ("Failed to connect to bus"):
+    that is retried until the deadline, as is a container that is not running yet.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        left = max(1, int(deadline - time.monotonic()))
+        proc = podman(
+            "exec",
+            container,
+            "timeout",
+            str(left),
+            "systemctl",
+            "is-system-running",
+            "--wait",
+            check=False,
+            timeout=left + 30,
+        )
+        state = proc.stdout.strip()
+        if state == "running":
+            return
+        early = not state and "Failed to connect to bus" in proc.stderr
+        if not early or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
     failed = podman.exec(
         container, ["systemctl", "list-units", "--failed", "--plain", "--no-legend"]
     ).stdout.strip()

@@ -1,0 +1,152 @@
+"""The decice.hybrid.allocation inventory plugin gives the groups decice's own code gives."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from decice.allocation import Machine, slurm
+from decice.inventory import GROUPS, assign_roles
+from decice.spec_model import AllocationSpec
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+COLLECTION = REPO / "ansible_collections" / "decice" / "hybrid"
+PLUGIN = COLLECTION / "plugins" / "inventory" / "allocation.py"
+ANSIBLE_INVENTORY = Path(sys.executable).with_name("ansible-inventory")
+
+
+def inventory_list(config: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {
+        k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "SLURM_", "PBS_"))
+    }
+    clean.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", **env)
+    return subprocess.run(
+        [str(ANSIBLE_INVENTORY), "-i", str(config), "--list"],
+        capture_output=True,
+        text=True,
+        env=clean,
+        cwd="/tmp",  # the plugin must not depend on the working directory
+        timeout=120,
+        check=False,
+    )
+
+
+def groups_of(listing: dict) -> dict[str, list[str]]:
+    return {group: listing.get(group, {}).get("hosts", []) for group in GROUPS}
+
+
+def plain(value: object) -> object:
+    """Inventory plugin values come back marked unsafe (never templated): unwrap them."""
+    if isinstance(value, dict):
+        if set(value) == {"__ansible_unsafe"}:
+            return value["__ansible_unsafe"]
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+def parsed(result: subprocess.CompletedProcess[str]) -> dict:
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Failed to parse" not in result.stderr, result.stderr
+    return plain(json.loads(result.stdout))
+
+
+def test_static_config_matches_assign_roles(tmp_path: Path) -> None:
+    (tmp_path / "more-hosts").write_text("w3 10.0.0.13  # from the hosts file\n")
+    config = tmp_path / "allocation.yml"
+    config.write_text(
+        "plugin: decice.hybrid.allocation\n"
+        "source: static\n"
+        "hosts:\n"
+        "  - {name: c1, address: 10.0.0.1}\n"
+        "  - {name: c2, address: 10.0.0.2}\n"
+        "  - {name: c3, address: 10.0.0.3, vars: {ansible_user: alice}}\n"
+        "  - w1\n"
+        "  - {name: e1, address: 10.0.0.21}\n"
+        "  - login01\n"
+        "hosts_file: more-hosts\n"
+        "control_plane: 3\n"
+        "edge: [e1]\n"
+        "hpc_endpoints: [login01]\n"
+    )
+    listing = parsed(inventory_list(config))
+    machines = tuple(Machine(name) for name in ("c1", "c2", "c3", "w1", "e1", "login01", "w3"))
+    rules = AllocationSpec(control_plane=3, edge=["e1"], hpc_endpoints=["login01"])
+    expected = assign_roles(machines, rules)
+    assert groups_of(listing) == expected
+    assert expected["kube_control_plane"] == ["c1", "c2", "c3"]  # sanity of the comparison
+    assert listing["k8s_cluster"]["children"] == ["kube_control_plane", "kube_node"]
+    hostvars = listing["_meta"]["hostvars"]
+    assert hostvars["c3"] == {"ansible_host": "10.0.0.3", "ip": "10.0.0.3", "ansible_user": "alice"}
+    assert hostvars["w3"]["ansible_host"] == "10.0.0.13"
+    assert "localhost" not in hostvars
+
+
+def test_slurm_nodelist_matches_assign_roles(tmp_path: Path) -> None:
+    ssh_config = tmp_path / "ssh_config"
+    ssh_config.write_text("Host node*\n  User root\n")
+    config = tmp_path / "allocation.yml"
+    config.write_text(
+        "plugin: decice.hybrid.allocation\n"
+        "source: slurm\n"
+        "edge: [node7]\n"
+        "ssh_config: ssh_config\n"
+        "jump_host: login01\n"
+    )
+    env = {"SLURM_JOB_NODELIST": "node[1-3,7]", "SLURM_JOB_ID": "42"}
+    listing = parsed(inventory_list(config, **env))
+    allocation = slurm.from_environment(env)
+    expected = assign_roles(allocation.machines, AllocationSpec(edge=["node7"]))
+    assert groups_of(listing) == expected
+    assert expected["decice_edge"] == ["node7"] and expected["kube_node"] == ["node2", "node3"]
+    args = listing["_meta"]["hostvars"]["node1"]["ansible_ssh_common_args"]
+    assert args == f"-F {ssh_config} -o ProxyJump=login01"
+
+
+def test_outside_a_job_fails_with_decice_message(tmp_path: Path) -> None:
+    config = tmp_path / "allocation.yml"
+    config.write_text("plugin: decice.hybrid.allocation\nsource: slurm\n")
+    result = inventory_list(config)
+    assert "SLURM_JOB_NODELIST is not set (not inside a SLURM job)" in result.stderr
+    assert "node" not in json.loads(result.stdout).get("_meta", {}).get("hostvars", {})
+
+
+def test_invalid_rules_are_reported_by_field(tmp_path: Path) -> None:
+    config = tmp_path / "allocation.yml"
+    config.write_text(
+        "plugin: decice.hybrid.allocation\nsource: static\nhosts: [a, b, c]\ncontrol_plane: 2\n"
+    )
+    result = inventory_list(config)
+    assert "control_plane: Value error, etcd runs on the control-plane hosts" in result.stderr
+
+
+def test_example_inventory_reads_the_job(tmp_path: Path) -> None:
+    example = REPO / "inventories" / "slurm" / "allocation.yml"
+    listing = parsed(inventory_list(example, SLURM_JOB_NODELIST="cn[001-004]"))
+    assert groups_of(listing)["kube_control_plane"] == ["cn001"]
+    assert groups_of(listing)["kube_node"] == ["cn002", "cn003", "cn004"]
+    # group_vars next to the file still apply
+    assert listing["_meta"]["hostvars"]["cn002"]["ansible_become"] is True
+
+
+def test_missing_decice_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ansible.errors import AnsibleParserError
+
+    spec = importlib.util.spec_from_file_location("decice_allocation_plugin", PLUGIN)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name in [n for n in sys.modules if n == "decice" or n.startswith("decice.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "decice", None)  # makes `import decice...` fail
+    with pytest.raises(AnsibleParserError, match="needs the decice Python package"):
+        module._import_decice()
