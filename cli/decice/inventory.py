@@ -114,7 +114,7 @@ def build(loaded: LoadedSpec, allocation: Allocation | None) -> dict[str, Any]:
     if allocation is not None:
         groups = assign_roles(allocation.machines, loaded.spec.allocation)
         for machine in allocation.machines:
-            hv: dict[str, Any] = dict(machine.vars)
+            hv: dict[str, Any] = {**loaded.spec.allocation.vars, **machine.vars}
             if machine.address:
                 hv.setdefault("ansible_host", machine.address)
                 hv.setdefault("ip", machine.address)

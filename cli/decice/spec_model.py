@@ -49,6 +49,9 @@ class AllocationSpec(_Model):
     jump_host: str | None = None
     ssh_config: str | None = None
     hosts_file: str | None = None
+    vars: dict[str, object] = Field(
+        default_factory=dict, description="Ansible variables for every allocated host"
+    )
 
     @field_validator("control_plane")
     @classmethod

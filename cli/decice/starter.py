@@ -39,6 +39,7 @@ allocation:
   hpc_endpoints: []          # interLink endpoints (e.g. the login node)
   # jump_host: login01       # when the nodes are only reachable through it
   # ssh_config: ~/.ssh/config
+  # vars: {ansible_user: me}  # Ansible variables for every allocated host
 """,
     "pbs": """\
 # Run inside a PBS job: the hosts of $PBS_NODEFILE become the cluster.

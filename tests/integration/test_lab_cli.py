@@ -64,59 +64,54 @@ def test_up_creates_lab_then_verify_and_destroy(tmp_path: Path) -> None:
 
 
 @pytest.mark.slurm
-def test_salloc_decice_up_processes_exactly_the_allocated_nodes(
+@pytest.mark.cleanslate
+def test_salloc_up_prepare_reset_verify_on_exactly_the_allocated_nodes(
     slurm_cluster: lab.LabInfo, tmp_path: Path
 ) -> None:
     require_lab_prerequisites()
     assert shutil.which("salloc"), "slurm-client is installed with the SLURM lab"
-    (tmp_path / "decice.yaml").write_text(
+    spec_file = tmp_path / "decice.yaml"
+    spec_file.write_text(
         "name: inalloc\ntarget: slurm\nallocation:\n"
         f"  control_plane: 1\n  ssh_config: {slurm_cluster.ssh_config}\n"
+        # lab nodes share this machine's kernel: keep prepare to per-node settings
+        "  vars: {prepare_kernel_wide: false}\n"
     )
     env = {**os.environ, **(slurm_cluster.slurm_env or {})}
-    cmd = [
-        "salloc",
-        "-N2",
-        "--exclusive",
-        *DECICE,
-        "up",
-        "-f",
-        str(tmp_path / "decice.yaml"),
-        "--only",
-        "preflight,baseline",
-        "--json",
-    ]
-    result = subprocess.run(
-        cmd, capture_output=True, text=True, cwd="/tmp", env=env, check=False, timeout=900
-    )
-    assert result.returncode == 0, result.stderr
-    record = json.loads(result.stdout)
+
+    def in_allocation(nodes: int, *args: str) -> subprocess.CompletedProcess[str]:
+        cmd = ["salloc", f"-N{nodes}", "--exclusive", *DECICE, *args, "-f", str(spec_file)]
+        return subprocess.run(
+            cmd, capture_output=True, text=True, cwd="/tmp", env=env, check=False, timeout=900
+        )
+
+    up = in_allocation(2, "up", "--only", "preflight,baseline,prepare", "--json")
+    assert up.returncode == 0, up.stderr
+    record = json.loads(up.stdout)
+    assert [p["status"] for p in record["phases"]] == ["ok", "ok", "ok"]
     processed = {host for host in record["stats"] if host != "localhost"}
     assert processed == {"node1", "node2"}
-    baselines = sorted(p.stem for p in (tmp_path / ".decice" / "baseline").glob("*.json"))
-    assert baselines == ["node1", "node2"]
+    state = tmp_path / ".decice"
+    assert sorted(p.stem for p in (state / "baseline").glob("*.json")) == ["node1", "node2"]
+    assert sorted(p.stem for p in (state / "prepare").glob("*.json")) == ["node1", "node2"]
 
-    plain = subprocess.run(
-        [
-            "salloc",
-            "-N3",
-            "--exclusive",
-            *DECICE,
-            "plan",
-            "-f",
-            str(tmp_path / "decice.yaml"),
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        cwd="/tmp",
-        env=env,
-        check=False,
-        timeout=300,
-    )
-    assert plain.returncode == 0, plain.stderr
-    hosts = json.loads(plain.stdout)["hosts"]
-    assert hosts == {
+    dirty = in_allocation(2, "verify", "--json")
+    assert dirty.returncode == 1, "prepare changed the hosts: verify must see it"
+
+    reset = in_allocation(2, "reset", "--yes", "--json")
+    assert reset.returncode == 0, reset.stderr
+    phases = {p["name"]: p for p in json.loads(reset.stdout)["phases"]}
+    assert phases["kubernetes"]["note"].startswith("no earlier `up` ran Kubespray")
+    assert phases["restore"]["status"] == "ok"
+    assert not list((state / "prepare").glob("*.json"))
+
+    clean = in_allocation(2, "verify", "--json")
+    assert clean.returncode == 0, clean.stderr
+    assert json.loads(clean.stdout)["status"] == "ok"
+
+    plan = in_allocation(3, "plan", "--json")
+    assert plan.returncode == 0, plan.stderr
+    assert json.loads(plan.stdout)["hosts"] == {
         "node1": ["kube_control_plane", "etcd"],
         "node2": ["kube_node"],
         "node3": ["kube_node"],

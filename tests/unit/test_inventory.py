@@ -115,3 +115,17 @@ def test_sim_inventory_has_only_localhost(tmp_path: Path) -> None:
     inv = inventory.build(loaded, inventory.allocate(loaded))
     assert list(inv["all"]["hosts"]) == ["localhost"]
     assert all(not body.get("hosts") for body in inv["all"]["children"].values())
+
+
+def test_allocation_vars_apply_to_every_host_and_host_vars_win(tmp_path: Path) -> None:
+    text = (
+        "name: x\ntarget: static\nallocation:\n  vars: {ansible_user: hpc, prepare_kernel_wide: false}\n"
+        "hosts:\n  - {name: a, roles: [control_plane, etcd], vars: {ansible_user: root}}\n"
+        "  - {name: b, roles: [worker]}\n"
+    )
+    (tmp_path / "decice.yaml").write_text(text)
+    loaded = spec.load(None, cwd=tmp_path)
+    hosts = inventory.build(loaded, inventory.allocate(loaded))["all"]["hosts"]
+    assert hosts["a"]["ansible_user"] == "root"
+    assert hosts["b"]["ansible_user"] == "hpc"
+    assert hosts["a"]["prepare_kernel_wide"] is False
