@@ -12,8 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kubernetes import client, config
 
 from decice import lab
+from decice.errors import DeciceError
+from decice.sim.binaries import BinarySet, resolve_binaries
+from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
 from tests.support import require
 
 
@@ -59,3 +63,39 @@ def slurm_cluster(lab_state_root: Path) -> Iterator[lab.LabInfo]:
         yield info
     finally:
         lab.destroy(name, lab_state_root)
+
+
+# ---------------------------------------------------------------- sim fixtures
+
+
+@pytest.fixture(scope="session")
+def sim_binaries() -> BinarySet:
+    """Control-plane binaries: explicit dir, cache, or the offline build (~4 min once)."""
+    require(
+        shutil.which("apt-get") is not None or bool(os.environ.get("DECICE_K8S_BIN_DIR")),
+        "the sim binaries need Debian's apt (offline build) or DECICE_K8S_BIN_DIR",
+    )
+    try:
+        return resolve_binaries()
+    except DeciceError as exc:
+        require(False, f"cannot get the sim control-plane binaries: {exc}")
+        raise
+
+
+@pytest.fixture(scope="session")
+def sim_control_plane(
+    sim_binaries: BinarySet, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControlPlaneInfo]:
+    """One running control plane for the session (controller-manager on, node-lifecycle
+    off: Nodes created Ready stay Ready without heartbeats; no kube-scheduler)."""
+    cp = ControlPlane(tmp_path_factory.mktemp("sim-cp"), sim_binaries, node_lifecycle=False)
+    try:
+        yield cp.start()
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="session")
+def sim_api(sim_control_plane: ControlPlaneInfo) -> client.ApiClient:
+    """A kubernetes ApiClient (cluster-admin) for the session control plane."""
+    return config.new_client_from_config(config_file=str(sim_control_plane.kubeconfig))

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,9 +18,8 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from decice.errors import DeciceError
 from decice.sim.agent import register_nodes
-from decice.sim.binaries import BinarySet, resolve_binaries
+from decice.sim.binaries import BinarySet
 from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
 from decice.sim.kubeapi import KubeClient, load_kubeconfig
 from decice.spec_model import SimNodeGroup
@@ -42,19 +39,6 @@ GROUPS = [
 
 
 # ---------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def binaries() -> BinarySet:
-    require(
-        shutil.which("apt-get") is not None or bool(os.environ.get("DECICE_K8S_BIN_DIR")),
-        "the sim binaries need Debian's apt (offline build) or DECICE_K8S_BIN_DIR",
-    )
-    try:
-        return resolve_binaries()
-    except DeciceError as exc:
-        require(False, f"cannot get the sim control-plane binaries: {exc}")
-        raise
 
 
 def start_agent(
@@ -100,12 +84,12 @@ def stop_agent(proc: subprocess.Popen[bytes]) -> int:
 
 @pytest.fixture(scope="module")
 def control_plane(
-    binaries: BinarySet, tmp_path_factory: pytest.TempPathFactory
+    sim_binaries: BinarySet, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ControlPlaneInfo]:
     """Control plane with the stock scheduler; node-lifecycle off (the sim default)."""
-    require("kube-scheduler" in binaries, "kube-scheduler binary")
+    require("kube-scheduler" in sim_binaries, "kube-scheduler binary")
     cp = ControlPlane(
-        tmp_path_factory.mktemp("agent-cp"), binaries, scheduler=True, node_lifecycle=False
+        tmp_path_factory.mktemp("agent-cp"), sim_binaries, scheduler=True, node_lifecycle=False
     )
     try:
         yield cp.start()
@@ -356,10 +340,10 @@ def test_register_is_idempotent_and_count_reduction_deletes_extra_nodes(
 
 
 @pytest.mark.sim
-def test_lease_heartbeats_when_node_lifecycle_runs(binaries: BinarySet, tmp_path: Path) -> None:
+def test_lease_heartbeats_when_node_lifecycle_runs(sim_binaries: BinarySet, tmp_path: Path) -> None:
     """With the node-lifecycle controller on, auto mode detects it and renews Leases; the
     controller lifts the not-ready taint and the node stays Ready."""
-    cp = ControlPlane(tmp_path / "cp", binaries, node_lifecycle=True)
+    cp = ControlPlane(tmp_path / "cp", sim_binaries, node_lifecycle=True)
     info = cp.start()
     proc = None
     try:

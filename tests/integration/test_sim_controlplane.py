@@ -7,11 +7,10 @@ cached in the decice user cache); later runs resolve the cache in well under a s
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 from kubernetes import client, config
 
 from decice.errors import DeciceError, InputError
-from decice.sim.binaries import BINARIES, BinarySet, ResolvedBinary, Source, resolve_binaries
+from decice.sim.binaries import BINARIES, BinarySet, ResolvedBinary, Source
 from decice.sim.controlplane import (
     ControlPlane,
     ControlPlaneError,
@@ -28,44 +27,6 @@ from decice.sim.controlplane import (
 )
 from decice.sim.pki import Pki
 from decice.sim.procs import ProcessRecord, is_alive, spawn, terminate
-from tests.support import require
-
-# ---------------------------------------------------------------- session fixtures
-# (meant for tests/integration/conftest.py; kept here because that file is owned elsewhere)
-
-
-@pytest.fixture(scope="session")
-def sim_binaries() -> BinarySet:
-    """Control-plane binaries: explicit dir, cache, or the offline build (~4 min once)."""
-    require(
-        shutil.which("apt-get") is not None or bool(os.environ.get("DECICE_K8S_BIN_DIR")),
-        "the sim binaries need Debian's apt (offline build) or DECICE_K8S_BIN_DIR",
-    )
-    try:
-        return resolve_binaries()
-    except DeciceError as exc:
-        require(False, f"cannot get the sim control-plane binaries: {exc}")
-        raise
-
-
-@pytest.fixture(scope="session")
-def sim_control_plane(
-    sim_binaries: BinarySet, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ControlPlaneInfo]:
-    """One running control plane for the session (controller-manager on, node-lifecycle
-    off: Nodes created Ready stay Ready without heartbeats; no kube-scheduler)."""
-    cp = ControlPlane(tmp_path_factory.mktemp("sim-cp"), sim_binaries, node_lifecycle=False)
-    try:
-        yield cp.start()
-    finally:
-        cp.stop()
-
-
-@pytest.fixture(scope="session")
-def sim_api(sim_control_plane: ControlPlaneInfo) -> client.ApiClient:
-    """A kubernetes ApiClient (cluster-admin) for the session control plane."""
-    return config.new_client_from_config(config_file=str(sim_control_plane.kubeconfig))
-
 
 # ---------------------------------------------------------------- helpers
 
