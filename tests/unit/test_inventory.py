@@ -119,7 +119,8 @@ def test_sim_inventory_has_only_localhost(tmp_path: Path) -> None:
 
 def test_allocation_vars_apply_to_every_host_and_host_vars_win(tmp_path: Path) -> None:
     text = (
-        "name: x\ntarget: static\nallocation:\n  vars: {ansible_user: hpc, prepare_kernel_wide: false}\n"
+        "name: x\ntarget: static\nallocation:\n"
+        "  vars: {ansible_user: hpc, prepare_kernel_wide: false}\n"
         "hosts:\n  - {name: a, roles: [control_plane, etcd], vars: {ansible_user: root}}\n"
         "  - {name: b, roles: [worker]}\n"
     )
