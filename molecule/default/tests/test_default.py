@@ -1,4 +1,4 @@
-"""Scenario `default`: the nodes run systemd, and preflight + baseline left their marks.
+"""Scenario `default`: the nodes run systemd; preflight, baseline and prepare left their marks.
 
 Nodes are reached with testinfra's podman backend (fast, no Ansible in between); the
 controller side (baseline files) is checked with the local backend. Hosts and hostnames
@@ -70,3 +70,19 @@ def test_baseline_matches_the_node(host: Host) -> None:
     for package in ("openssh-server", "slurmd"):  # slurmd: in the node image, not the controller
         version = host.package(package).version
         assert recorded[package].startswith(f"{package}={version}"), recorded.get(package)
+
+
+def test_prepare_sysctl_file_on_the_node(host: Host) -> None:
+    conf = host.file("/etc/sysctl.d/90-decice.conf")
+    assert conf.exists
+    assert "net.ipv4.ip_forward" in conf.content_string
+    assert host.file("/etc/modules-load.d/decice.conf").exists
+
+
+@pytest.mark.parametrize("name", sorted(PLATFORMS))
+def test_prepare_record_of_each_node(name: str) -> None:
+    record = STATE_DIR / "prepare" / f"{name}.json"
+    assert record.is_file()
+    assert record.stat().st_mode & 0o777 == 0o600
+    data = json.loads(record.read_text())
+    assert "/etc/sysctl.d/90-decice.conf" in json.dumps(data)
