@@ -102,6 +102,15 @@ def _render_sim(sim: dict[str, Any], console: Console) -> None:
             "nodes      "
             + ", ".join(f"{k} {v['ready']}/{v['total']} ready" for k, v in sorted(nodes.items()))
         )
+    sched = sim.get("scheduler") or {}
+    if sched.get("running"):
+        console.print(
+            f"scheduler  pid {sched.get('pid')}, {sched.get('metrics_url')}, "
+            f"scheduled {sched.get('scheduled', '?')}, drift {sched.get('drift', '?')}, "
+            f"relists {sched.get('relists', '?')}"
+        )
+    else:
+        console.print("scheduler  not running")
     agent = sim["agent"] or {}
     state = agent.get("status") or {}
     pods = state.get("pods") or {}

@@ -1,13 +1,15 @@
-"""decice-scheduler entry point.
+"""decice-scheduler: the bundled scheduler's process.
 
-The placement core (state cache, snapshots, filter/score plugins, one
-scheduling cycle) is in place; the API loop (list+watch sync, binder, audit,
-metrics) is not yet, so this command validates its configuration and says so.
+Lists and watches nodes and pods of the cluster, schedules the pods whose
+``spec.schedulerName`` is ``--scheduler-name``, binds them, audits its state, serves
+metrics. All state is rebuilt from the API at start. SIGTERM/SIGINT stop it cleanly;
+SIGUSR1 runs a drift audit.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 
 from decice_scheduler.profile import Profile, load_profile
@@ -17,11 +19,29 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="decice-scheduler", description=__doc__)
     parser.add_argument("--kubeconfig", help="kubeconfig of the cluster to schedule for")
     parser.add_argument("--scheduler-name", default="decice-scheduler")
-    parser.add_argument("--qps", type=float, default=50.0)
-    parser.add_argument("--burst", type=int, default=100)
-    parser.add_argument("--metrics-port", type=int, default=10261)
-    parser.add_argument("--leader-elect", action="store_true")
+    parser.add_argument("--qps", type=float, default=50.0, help="binds per second (token rate)")
+    parser.add_argument("--burst", type=int, default=100, help="token bucket size for binds")
+    parser.add_argument(
+        "--metrics-port", type=int, default=10261, help="/metrics, /healthz, /readyz; 0 = off"
+    )
+    parser.add_argument("--metrics-host", default="0.0.0.0")
+    parser.add_argument("--leader-elect", action="store_true", help="hold a Lease to schedule")
+    parser.add_argument("--lock-namespace", default="kube-system", help="namespace of the Lease")
+    parser.add_argument("--leader-elect-lease-duration", type=float, default=15.0)
+    parser.add_argument("--leader-elect-renew-deadline", type=float, default=10.0)
+    parser.add_argument("--leader-elect-retry-period", type=float, default=2.0)
     parser.add_argument("--config", help="YAML file: plugins and weights")
+    parser.add_argument(
+        "--audit-interval", type=float, default=300.0, help="seconds between audits; 0 = off"
+    )
+    parser.add_argument(
+        "--watch-timeout", type=int, default=60, help="server-side watch timeout (seconds)"
+    )
+    parser.add_argument("--bind-concurrency", type=int, default=32)
+    parser.add_argument("--event-qps", type=float, default=5.0)
+    parser.add_argument("--event-burst", type=int, default=25)
+    parser.add_argument("--max-backoff", type=float, default=10.0)
+    parser.add_argument("--log-level", default="INFO")
     return parser
 
 
@@ -29,16 +49,44 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         profile = load_profile(args.config) if args.config else Profile.default()
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, KeyError) as exc:
         print(f"decice-scheduler: {args.config}: {exc}", file=sys.stderr)
         return 2
-    print(
-        f"decice-scheduler: profile ok ({len(profile.filters)} filters, "
-        f"{len(profile.scores)} scores); the API loop (sync, binder, audit) is not "
-        "implemented yet: not scheduling",
-        file=sys.stderr,
+    if not args.kubeconfig:
+        print("decice-scheduler: --kubeconfig is required", file=sys.stderr)
+        return 2
+    if args.qps <= 0 or args.burst < 1:
+        print("decice-scheduler: --qps must be > 0 and --burst >= 1", file=sys.stderr)
+        return 2
+
+    from decice_scheduler.app import Options, Scheduler, configure_logging
+
+    configure_logging(args.log_level)
+    options = Options(
+        kubeconfig=args.kubeconfig,
+        scheduler_name=args.scheduler_name,
+        qps=args.qps,
+        burst=args.burst,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        leader_elect=args.leader_elect,
+        lock_namespace=args.lock_namespace,
+        lease_duration=args.leader_elect_lease_duration,
+        renew_deadline=args.leader_elect_renew_deadline,
+        retry_period=args.leader_elect_retry_period,
+        audit_interval=args.audit_interval,
+        watch_timeout=args.watch_timeout,
+        bind_concurrency=args.bind_concurrency,
+        event_qps=args.event_qps,
+        event_burst=args.event_burst,
+        max_backoff=args.max_backoff,
     )
-    return 1
+    try:
+        scheduler = Scheduler(options, profile)
+    except (OSError, ValueError) as exc:
+        print(f"decice-scheduler: {args.kubeconfig}: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(scheduler.run())
 
 
 if __name__ == "__main__":

@@ -3,6 +3,9 @@
 up.kubernetes    resolve binaries, start etcd + kube-apiserver + controller-manager
                  + kube-scheduler on loopback, write the kubeconfig (0600), register
                  the spec's simulated nodes and start the node agent.
+up.scheduler     run the bundled decice-scheduler as a managed local process, wait
+                 for /readyz, place a smoke pod (see decice.sim.scheduler_service).
+down.scheduler   stop that process (by recorded pid) and remove any smoke pod.
 reset.kubernetes stop every process it started (by recorded pid), remove the data dir
                  and the kubeconfig.
 """
@@ -62,8 +65,38 @@ def up_kubernetes(ctx: PhaseContext) -> str:
     return f"{api.version} on {info.server}; {nodes} simulated nodes"
 
 
+def up_scheduler(ctx: PhaseContext) -> str:
+    from decice.sim import scheduler_service
+
+    state_dir = ctx.loaded.state_dir.resolve()
+    spec = ctx.loaded.spec.scheduler
+    if not spec.enabled:
+        result = scheduler_service.ensure(state_dir, state_dir / "kubeconfig", spec)
+        return "disabled in the spec" + (" (stopped the running one)" if result["stopped"] else "")
+    kubeconfig = state_dir / "kubeconfig"
+    if not kubeconfig.is_file():
+        raise RunFailedError(f"{kubeconfig}: missing; run the kubernetes phase first")
+    ctx.progress(f"starting {spec.name}, waiting for /readyz, placing a smoke pod")
+    info = scheduler_service.ensure(state_dir, kubeconfig, spec)
+    kept = "kept running" if info["reused"] else "started"
+    return (
+        f"{spec.name} {kept} (pid {info['pid']}, metrics {info['metrics_url']}/metrics); "
+        f"smoke pod {scheduler_service.SMOKE_POD} bound to {info['smoke_node']}, Succeeded, deleted"
+    )
+
+
+def down_scheduler(ctx: PhaseContext) -> str:
+    from decice.sim import scheduler_service
+
+    state_dir = ctx.loaded.state_dir.resolve()
+    stopped = scheduler_service.stop(state_dir)
+    scheduler_service.remove_smoke_pod(state_dir / "kubeconfig")
+    return f"{ctx.loaded.spec.scheduler.name} stopped" if stopped else "was not running"
+
+
 def reset_kubernetes(ctx: PhaseContext) -> str:
     from decice.sim import nodes_service as agent_service
+    from decice.sim import scheduler_service
     from decice.sim.controlplane import remove_data_dir
 
     state_dir = ctx.loaded.state_dir.resolve()
@@ -71,7 +104,8 @@ def reset_kubernetes(ctx: PhaseContext) -> str:
     if not root.exists():
         (state_dir / "kubeconfig").unlink(missing_ok=True)
         return "nothing was running"
-    ctx.progress("stopping the node agent")
+    ctx.progress("stopping the scheduler and the node agent")
+    scheduler_service.stop(state_dir)
     agent_service.stop(state_dir)
     ctx.progress("stopping the control plane")
     plane_dir = control_plane_dir(state_dir)
@@ -84,11 +118,12 @@ def reset_kubernetes(ctx: PhaseContext) -> str:
         remove_data_dir(plane_dir)
     shutil.rmtree(root)
     (state_dir / "kubeconfig").unlink(missing_ok=True)
-    return "control plane and node agent stopped; data removed"
+    return "scheduler, control plane and node agent stopped; data removed"
 
 
 PHASES: dict[str, dict[str, Callable[[PhaseContext], str]]] = {
-    "up": {"kubernetes": up_kubernetes},
+    "up": {"kubernetes": up_kubernetes, "scheduler": up_scheduler},
+    "down": {"scheduler": down_scheduler},
     "reset": {"kubernetes": reset_kubernetes},
 }
 
@@ -128,6 +163,7 @@ def _node_counts(kubeconfig: Path) -> dict[str, dict[str, int]]:
 def status(state_dir: Path, bin_dir: str | None) -> dict[str, Any]:
     """Control plane, node counts by kind (from the API), the node agent."""
     from decice.sim import nodes_service as agent_service
+    from decice.sim import scheduler_service
 
     state_dir = state_dir.resolve()
     out: dict[str, Any] = {
@@ -135,6 +171,7 @@ def status(state_dir: Path, bin_dir: str | None) -> dict[str, Any]:
         "control_plane": None,
         "nodes": None,
         "agent": None,
+        "scheduler": scheduler_service.status(state_dir),
     }
     if not control_plane_dir(state_dir).exists():
         return out

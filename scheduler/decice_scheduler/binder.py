@@ -1,0 +1,227 @@
+"""Bind assumed pods asynchronously, and write FailedScheduling events.
+
+The scheduling loop has already called ``state.assume``; ``Binder.submit`` POSTs
+``pods/NAME/binding`` with a ``metadata.uid`` precondition in the background (bounded
+concurrency over keep-alive HTTP/2, QPS/burst token bucket). Success is confirmed by
+the watch (the state's assumption turns into a bound pod there). On 409/404/any error
+the assumption is forgotten at once and the pod re-checked: if it still exists unbound
+it is re-queued (with backoff); if it is gone or bound elsewhere the watch says so.
+Assumptions never expire on a timer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+from decice_scheduler.client import ApiError, Client
+from decice_scheduler.metrics import Metrics
+from decice_scheduler.objects import pod_key, pod_uid
+from decice_scheduler.queue import SchedulingQueue
+from decice_scheduler.state import ClusterState
+
+__all__ = ["Binder", "EventRecorder", "TokenBucket"]
+
+log = logging.getLogger("decice_scheduler.binder")
+
+
+class TokenBucket:
+    """``qps`` tokens per second, at most ``burst`` saved up; ``acquire`` waits for one."""
+
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        if qps <= 0:
+            raise ValueError("qps must be > 0")
+        self.qps = qps
+        self.burst = max(1, burst)
+        self._clock = clock
+        self._tokens = float(self.burst)
+        self._last = clock()
+        self._lock = asyncio.Lock()
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
+        self._last = now
+
+    def try_acquire(self) -> bool:
+        self._refill()
+        if self._tokens >= 1:
+            self._tokens -= 1
+            return True
+        return False
+
+    async def acquire(self) -> None:
+        async with self._lock:  # FIFO among waiters
+            while not self.try_acquire():
+                await asyncio.sleep((1 - self._tokens) / self.qps)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Binder:
+    def __init__(
+        self,
+        client: Client,
+        state: ClusterState,
+        queue: SchedulingQueue,
+        metrics: Metrics,
+        limiter: TokenBucket,
+        *,
+        concurrency: int = 32,
+    ) -> None:
+        self.client = client
+        self.state = state
+        self.queue = queue
+        self.metrics = metrics
+        self.limiter = limiter
+        self._slots = asyncio.Semaphore(concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.bound = 0
+        self.failed = 0
+
+    def submit(self, pod: Mapping[str, Any], node: str) -> None:
+        task = asyncio.create_task(self._bind(pod, node))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    async def drain(self, timeout: float) -> None:
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout)
+
+    async def _bind(self, pod: Mapping[str, Any], node: str) -> None:
+        meta = pod.get("metadata") or {}
+        ns, name, uid = str(meta.get("namespace")), str(meta.get("name")), pod_uid(pod)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": ns, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        path = f"/api/v1/namespaces/{quote(ns)}/pods/{quote(name)}/binding"
+        async with self._slots:
+            if uid not in self.queue:
+                # deleted (or bound by someone else) while waiting for a slot
+                self._failed(uid, "gone-before-bind")
+                return
+            await self.limiter.acquire()
+            if uid not in self.queue:
+                self._failed(uid, "gone-before-bind")
+                return
+            started = time.monotonic()
+            try:
+                status, reply = await self.client.request("POST", path, body=body)
+            except ApiError as exc:
+                status, reply = 0, {"message": str(exc)}
+            except asyncio.CancelledError:
+                self.state.forget(uid)
+                raise
+            self.metrics.bind_latency.observe(time.monotonic() - started)
+        if status in (200, 201):
+            self.bound += 1
+            self.metrics.scheduled.inc()
+            first = self.queue.first_seen(uid)
+            if first is not None:
+                self.metrics.e2e_latency.observe(time.monotonic() - first)
+            self.queue.done(uid)
+            return
+        message = (reply or {}).get("message", "") if isinstance(reply, dict) else ""
+        reason = {404: "not-found", 409: "conflict", 0: "transport"}.get(status, str(status))
+        log.info("bind %s -> %s failed: HTTP %s %s", pod_key(pod), node, status, message)
+        self._failed(uid, reason)
+
+    def _failed(self, uid: str, reason: str) -> None:
+        self.failed += 1
+        self.metrics.bind_errors.labels(reason).inc()
+        self.state.forget(uid)
+        # re-check: the queue only still holds the pod if the watch says it is pending
+        # and ours; otherwise it was deleted or bound, and the watch carries that news
+        self.queue.requeue(uid, backoff=True)
+
+
+class EventRecorder:
+    """FailedScheduling events, rate-limited: at most one per pod per ``per_pod``
+    seconds, and a global token bucket; what exceeds it is dropped and counted."""
+
+    def __init__(
+        self,
+        client: Client,
+        metrics: Metrics,
+        component: str,
+        *,
+        qps: float = 5.0,
+        burst: int = 25,
+        per_pod: float = 60.0,
+    ) -> None:
+        self.client = client
+        self.metrics = metrics
+        self.component = component
+        self.bucket = TokenBucket(qps, burst)
+        self.per_pod = per_pod
+        self._last: dict[str, float] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def failed_scheduling(self, pod: Mapping[str, Any], message: str) -> None:
+        uid = pod_uid(pod)
+        now = time.monotonic()
+        last = self._last.get(uid)
+        if last is not None and now - last < self.per_pod:
+            return
+        if not self.bucket.try_acquire():
+            self.metrics.events_dropped.inc()
+            return
+        self._last[uid] = now
+        if len(self._last) > 100_000:
+            cutoff = now - self.per_pod
+            self._last = {k: v for k, v in self._last.items() if v >= cutoff}
+        task = asyncio.create_task(self._post(pod, message))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _post(self, pod: Mapping[str, Any], message: str) -> None:
+        meta = pod.get("metadata") or {}
+        ns, name = str(meta.get("namespace")), str(meta.get("name"))
+        stamp = _now()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{name}.{secrets.token_hex(8)}", "namespace": ns},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": ns,
+                "name": name,
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "reason": "FailedScheduling",
+            "message": message,
+            "type": "Warning",
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
+            "reportingInstance": self.component,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            status, reply = await self.client.request(
+                "POST", f"/api/v1/namespaces/{quote(ns)}/events", body=body
+            )
+        except ApiError as exc:
+            log.debug("event for %s/%s not written: %s", ns, name, exc)
+            return
+        if status in (200, 201):
+            self.metrics.events.inc()
+        else:
+            log.debug("event for %s/%s not written: HTTP %s %s", ns, name, status, reply)

@@ -1,0 +1,500 @@
+"""Deploying the bundled scheduler: the sim target through the CLI, the role on lab nodes.
+
+sim: `decice up` runs decice-scheduler as a managed local process against a real
+kube-apiserver, proves placement with a smoke pod; `down` and `reset` stop it.
+
+lab: the role's systemd-unit path on real systemd containers (venv, wheel built by the
+controller, unit enabled and active) and its uninstall. The lab nodes cannot reach the
+sim's loopback API, so readiness and the smoke pod are turned off there (see
+docs/scheduler.md, "What was not exercised").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, config
+
+from decice import lab
+from decice.sim.binaries import BinarySet
+from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
+from decice.sim.simnodes import expand, node_object
+from decice.spec_model import SimNodeGroup
+from tests.support import require
+
+pytestmark = pytest.mark.scheduler
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+DECICE = [sys.executable, "-m", "decice"]
+
+SPEC = """\
+name: schedup
+target: sim
+sim:
+  nodes:
+    - name_prefix: w
+      count: 3
+      capacity: {cpu: "4", memory: 8Gi, pods: "110"}
+    - name_prefix: g
+      count: 1
+      capacity: {cpu: "8", memory: 16Gi, pods: "110", nvidia.com/gpu: "2"}
+"""
+
+
+def _decice(cwd: Path, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*DECICE, *args], capture_output=True, text=True, cwd=cwd, check=False, timeout=timeout
+    )
+
+
+def _json(result: subprocess.CompletedProcess[str]) -> Any:
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout)
+
+
+def _alive(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] not in {"Z", "X"}
+    except OSError:
+        return False
+
+
+def _wait(what: str, fn: Any, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.3)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def _phase(record: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(p for p in record["phases"] if p["name"] == name)
+
+
+def _require_sim() -> None:
+    require(
+        shutil.which("apt-get") is not None or bool(os.environ.get("DECICE_K8S_BIN_DIR")),
+        "the sim target needs Debian's apt (offline build) or DECICE_K8S_BIN_DIR",
+    )
+
+
+def test_sim_up_schedules_then_down_and_reset_stop_it(tmp_path: Path) -> None:
+    _require_sim()
+    (tmp_path / "decice.yaml").write_text(SPEC)
+    try:
+        record = _json(_decice(tmp_path, "up", "--skip", "addons", "--json"))
+        phase = _phase(record, "scheduler")
+        assert phase["status"] == "ok", record
+        status = _json(_decice(tmp_path, "status", "--json"))
+        sched = status["sim"]["scheduler"]
+        assert sched["running"] and sched["ready"], sched
+        pid = sched["pid"]
+        assert _alive(pid)
+        assert sched["scheduled"] >= 1  # the smoke pod
+        assert sched["drift"] == 0
+        assert sched["metrics_url"].startswith("http://127.0.0.1:")
+        node_names = {f"w-{i}" for i in range(3)} | {"g-0"}
+        smoke_node = phase["note"].split(" bound to ")[1].split(",")[0]
+        assert smoke_node in node_names, phase["note"]
+        assert f"pid {pid}" in phase["note"]
+
+        api = client.CoreV1Api(config.new_client_from_config(status["kubeconfig"]))
+        assert not [
+            p for p in api.list_namespaced_pod("default").items if p.metadata.name.endswith("smoke")
+        ], "the smoke pod must be deleted"
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "gpu-job"},
+            "spec": {
+                "schedulerName": "decice-scheduler",
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "x",
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                    }
+                ],
+            },
+        }
+        api.create_namespaced_pod("default", pod)
+
+        def placed() -> Any:
+            got = api.read_namespaced_pod("gpu-job", "default")
+            return got if got.spec.node_name and got.status.phase == "Running" else None
+
+        got = _wait("decice-scheduler to place the pod", placed)
+        assert got.spec.node_name == "g-0"  # the only node with a GPU
+
+        # a second up keeps the same process (same settings) and smoke-tests it again
+        again = _json(_decice(tmp_path, "up", "--skip", "addons", "--json"))
+        assert "kept running" in _phase(again, "scheduler")["note"]
+        assert _json(_decice(tmp_path, "status", "--json"))["sim"]["scheduler"]["pid"] == pid
+
+        down = _json(_decice(tmp_path, "down", "--json"))
+        assert _phase(down, "scheduler")["status"] == "ok", down
+        _wait("the scheduler to exit", lambda: not _alive(pid), 20)
+        after = _json(_decice(tmp_path, "status", "--json"))["sim"]
+        assert after["scheduler"]["running"] is False
+        assert after["control_plane"]["running"]  # down leaves the cluster
+
+        # up again, then reset: nothing of the sim may be left running
+        _json(_decice(tmp_path, "up", "--skip", "addons", "--json"))
+        status = _json(_decice(tmp_path, "status", "--json"))["sim"]
+        pids = [status["scheduler"]["pid"], status["agent"]["status"]["pid"]]
+        pids += [c["pid"] for c in status["control_plane"]["components"]]
+        assert all(_alive(p) for p in pids)
+    finally:
+        reset = _decice(tmp_path, "reset", "--yes", "--json")
+    assert reset.returncode == 0, reset.stderr[-4000:]
+    assert "scheduler" in _phase(json.loads(reset.stdout), "kubernetes")["note"]
+    _wait("every sim process to exit", lambda: not any(_alive(p) for p in pids), 30)
+    assert not (tmp_path / ".decice" / "sim").exists()
+
+
+def test_sim_scheduler_disabled_starts_nothing(tmp_path: Path) -> None:
+    _require_sim()
+    (tmp_path / "decice.yaml").write_text(SPEC + "scheduler:\n  enabled: false\n")
+    try:
+        record = _json(_decice(tmp_path, "up", "--skip", "addons", "--json"))
+        assert _phase(record, "scheduler")["note"] == "disabled in the spec"
+        status = _json(_decice(tmp_path, "status", "--json"))["sim"]
+        assert status["scheduler"] == {"running": False, "pid": None, "metrics_url": None}
+        assert not (tmp_path / ".decice" / "sim" / "scheduler").exists()
+    finally:
+        reset = _decice(tmp_path, "reset", "--yes", "--json")
+    assert reset.returncode == 0, reset.stderr[-4000:]
+
+
+# ------------------------------------------------------------------ the role on lab nodes
+#
+# The lab nodes are systemd containers; the API server of a sim control plane listens on
+# this machine's loopback only. A relay makes it reachable from the nodes at the SAME
+# address (https://127.0.0.1:<port>, which its certificate names): a forwarder on each
+# node's loopback -> a forwarder on this machine's lab-network gateway address -> the API.
+
+RELAY = """
+import socket, sys, threading
+def pump(a, b):
+    try:
+        while (data := a.recv(65536)):
+            b.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+srv = socket.create_server((sys.argv[1], int(sys.argv[2])))
+while True:
+    c, _ = srv.accept()
+    try:
+        u = socket.create_connection((sys.argv[3], int(sys.argv[4])), timeout=10)
+    except OSError:
+        c.close()
+        continue
+    u.settimeout(None)
+    for x, y in ((c, u), (u, c)):
+        threading.Thread(target=pump, args=(x, y), daemon=True).start()
+"""
+RELAY_UNIT = "decice-test-apirelay"
+
+
+class HostRelay:
+    """A TCP relay on this machine (threads; closed by stop())."""
+
+    def __init__(self, host: str, target: tuple[str, int]) -> None:
+        self.server = socket.create_server((host, 0))
+        self.port = int(self.server.getsockname()[1])
+        self.target = target
+        self._stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=10)
+            except OSError:
+                conn.close()
+                continue
+            upstream.settimeout(None)
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (a, b):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.server.close()
+
+
+def _ssh(info: lab.LabInfo, host: str, command: str, check: bool = True) -> str:
+    proc = subprocess.run(
+        ["ssh", "-F", info.ssh_config, "-o", "BatchMode=yes", host, command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout.strip()
+
+
+def _playbook(
+    inventory: str, name: str, extravars: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+    )
+    args = [str(BIN / "ansible-playbook"), "-i", inventory, f"playbooks/{name}.yml"]
+    args += ["--tags", "scheduler", "-e", json.dumps(extravars)]
+    return subprocess.run(
+        args, cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False
+    )
+
+
+def _ok(result: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    """The localhost recap of a successful run."""
+    assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-3000:]
+    line = re.search(r"^localhost\s*:\s*(.*)$", result.stdout.split("PLAY RECAP")[-1], re.M)
+    assert line, result.stdout[-3000:]
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line.group(1))}
+
+
+@pytest.fixture(scope="module")
+def role_api(
+    sim_binaries: BinarySet, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ControlPlaneInfo, client.CoreV1Api]]:
+    """A control plane of this module's own with two Ready nodes (no kubelets, no scheduler)."""
+    cp = ControlPlane(tmp_path_factory.mktemp("sched-role-cp"), sim_binaries, node_lifecycle=False)
+    info = cp.start()
+    try:
+        api = client.CoreV1Api(config.new_client_from_config(str(info.kubeconfig)))
+        group = SimNodeGroup(name_prefix="r", count=2, capacity={"cpu": "4", "memory": "8Gi"})
+        for node in expand([group]):
+            api.create_node(node_object(node, datetime.now(UTC)))
+        yield info, api
+    finally:
+        cp.stop()
+
+
+@pytest.fixture
+def relayed_api(
+    lab_nodes: lab.LabInfo, role_api: tuple[ControlPlaneInfo, client.CoreV1Api]
+) -> Iterator[tuple[ControlPlaneInfo, client.CoreV1Api]]:
+    """The API reachable from every lab node at its own address (see RELAY)."""
+    info, _api = role_api
+    api_port = int(info.server.rsplit(":", 1)[1])
+    gateway = str(next(ipaddress.ip_network(lab_nodes.subnet).hosts()))
+    relay = HostRelay(gateway, ("127.0.0.1", api_port))
+    nodes = [n.name for n in lab_nodes.nodes]
+    try:
+        for node in nodes:
+            _ssh(lab_nodes, node, f"cat > /root/apirelay.py <<'EOF'\n{RELAY}\nEOF")
+            _ssh(
+                lab_nodes,
+                node,
+                f"systemd-run --unit={RELAY_UNIT} python3 /root/apirelay.py "
+                f"127.0.0.1 {api_port} {gateway} {relay.port}",
+            )
+        yield role_api
+    finally:
+        for node in nodes:
+            _ssh(
+                lab_nodes,
+                node,
+                f"systemctl stop {RELAY_UNIT}; systemctl reset-failed {RELAY_UNIT}; "
+                "rm -f /root/apirelay.py",
+                check=False,
+            )
+        relay.stop()
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Dependencies for offline hosts (lab nodes cannot reach the package index)."""
+    defaults = (
+        REPO / "ansible_collections/decice/hybrid/roles/scheduler/defaults/main.yml"
+    ).read_text()
+    reqs = yaml.safe_load(defaults)["scheduler_pip_requirements"]
+    out = tmp_path_factory.mktemp("wheelhouse")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "-d", str(out), *reqs, "pip"],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    return out
+
+
+def test_role_systemd_units_with_leader_election_on_lab_nodes(
+    lab_nodes: lab.LabInfo,
+    relayed_api: tuple[ControlPlaneInfo, client.CoreV1Api],
+    wheelhouse: Path,
+) -> None:
+    info, api = relayed_api
+    hosts = [n.name for n in lab_nodes.nodes]
+    extravars = {
+        "decice_kubeconfig": str(info.kubeconfig),
+        "scheduler_hosts": hosts,
+        "scheduler_uninstall_hosts": hosts,
+        "scheduler_replicas": 2,
+        "scheduler_copy_kubeconfig": True,
+        "scheduler_wheelhouse": str(wheelhouse),
+    }
+    coord = client.CoordinationV1Api(api.api_client)
+    try:
+        first = _playbook(lab_nodes.inventory, "up", extravars)
+        recap = _ok(first)
+        assert recap["changed"] > 0
+        assert re.search(r"decice-scheduler placed the smoke pod on r-[01]", first.stdout)
+        for host in hosts:
+            assert _ssh(lab_nodes, host, "systemctl is-active decice-scheduler") == "active"
+            unit = _ssh(lab_nodes, host, "cat /etc/systemd/system/decice-scheduler.service")
+            assert "--leader-elect" in unit
+            assert "--kubeconfig /opt/decice-scheduler/kubeconfig" in unit
+            mode = _ssh(lab_nodes, host, "stat -c %a /opt/decice-scheduler/kubeconfig")
+            assert mode == "600"
+            # the wheel went in without the CLI's dependencies
+            pkgs = _ssh(lab_nodes, host, "/opt/decice-scheduler/venv/bin/pip list --format=json")
+            names = {p["name"].lower().replace("_", "-") for p in json.loads(pkgs)}
+            assert {"decice", "httpx", "prometheus-client", "pyyaml"} <= names
+            assert not names & {"ansible", "ansible-core", "kubernetes", "typer"}
+        lease = coord.read_namespaced_lease("decice-scheduler", "kube-system")
+        assert lease.spec.holder_identity
+        assert not [
+            p for p in api.list_namespaced_pod("default").items if p.metadata.name.endswith("smoke")
+        ]
+
+        again = _ok(_playbook(lab_nodes.inventory, "up", extravars))
+        assert again["changed"] == 0, "a second run must change nothing"
+
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "via-lab"},
+            "spec": {
+                "schedulerName": "decice-scheduler",
+                "containers": [{"name": "c", "image": "x"}],
+            },
+        }
+        api.create_namespaced_pod("default", pod)
+        _wait(
+            "the leader on a lab node to bind the pod",
+            lambda: api.read_namespaced_pod("via-lab", "default").spec.node_name,
+        )
+        api.delete_namespaced_pod("via-lab", "default", grace_period_seconds=0)
+    finally:
+        down = _playbook(lab_nodes.inventory, "down", extravars)
+    _ok(down)
+    for host in hosts:
+        assert _ssh(lab_nodes, host, "test -e /opt/decice-scheduler && echo left || true") == ""
+        assert _ssh(lab_nodes, host, "ls /etc/systemd/system | grep decice || true") == ""
+        units = _ssh(lab_nodes, host, "systemctl list-units --all --plain --no-legend")
+        assert "decice-scheduler" not in units
+        assert _ssh(lab_nodes, host, "pgrep -f '[d]ecice-scheduler' || true") == ""
+    leases = coord.list_namespaced_lease("kube-system").items
+    assert "decice-scheduler" not in {lease.metadata.name for lease in leases}
+
+
+def test_role_deployment_mode_objects_and_uninstall(
+    role_api: tuple[ControlPlaneInfo, client.CoreV1Api], tmp_path: Path
+) -> None:
+    """scheduler_image set: the objects are accepted by a real API server and removed again.
+    No kubelet runs here, so the Deployment never becomes Available: readiness and the
+    smoke pod are off."""
+    info, api = role_api
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text("all: {}\n")
+    extravars = {
+        "decice_kubeconfig": str(info.kubeconfig),
+        "scheduler_image": "registry.example/decice:0.1.0",
+        "scheduler_wait_ready": False,
+        "scheduler_smoke": False,
+        "scheduler_profile": {"scores": [{"name": "LeastAllocated", "weight": 1}]},
+    }
+    rbac = client.RbacAuthorizationV1Api(api.api_client)
+    apps = client.AppsV1Api(api.api_client)
+    try:
+        _ok(_playbook(str(inventory), "up", extravars))
+        deploy = apps.read_namespaced_deployment("decice-scheduler", "kube-system")
+        assert deploy.spec.strategy.type == "Recreate"  # one replica, no leader election
+        container = deploy.spec.template.spec.containers[0]
+        assert container.image == "registry.example/decice:0.1.0"
+        assert container.args[:2] == ["--kubeconfig", "/etc/decice-scheduler/kubeconfig"]
+        assert "--config" in container.args and "--leader-elect" not in container.args
+        assert container.security_context.read_only_root_filesystem
+        rules = {
+            (tuple(r.api_groups), tuple(r.resources), tuple(sorted(r.verbs)))
+            for r in rbac.read_cluster_role("decice-scheduler").rules
+        }
+        assert rules == {
+            (("",), ("pods", "nodes"), ("get", "list", "watch")),
+            (("",), ("pods/binding",), ("create",)),
+            (("",), ("events",), ("create", "patch")),
+        }
+        role = rbac.read_namespaced_role("decice-scheduler-leader-election", "kube-system")
+        assert {tuple(sorted(r.verbs)) for r in role.rules} == {("create",), ("get", "update")}
+        cm = api.read_namespaced_config_map("decice-scheduler", "kube-system")
+        assert "LeastAllocated" in cm.data["profile.yaml"]
+        assert "tokenFile" in cm.data["kubeconfig"]
+        assert _ok(_playbook(str(inventory), "up", extravars))["changed"] == 0
+    finally:
+        down = _playbook(str(inventory), "down", extravars)
+    _ok(down)
+    assert not [
+        d
+        for d in apps.list_namespaced_deployment("kube-system").items
+        if d.metadata.name == "decice-scheduler"
+    ]
+    assert "decice-scheduler" not in {r.metadata.name for r in rbac.list_cluster_role().items}
+    assert "decice-scheduler" not in {
+        b.metadata.name for b in rbac.list_cluster_role_binding().items
+    }
+    assert "decice-scheduler" not in {
+        s.metadata.name for s in api.list_namespaced_service_account("kube-system").items
+    }
+    assert "decice-scheduler" not in {
+        c.metadata.name for c in api.list_namespaced_config_map("kube-system").items
+    }

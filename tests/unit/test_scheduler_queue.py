@@ -1,0 +1,124 @@
+"""The pending-pod queue, the token bucket and the sync's event handling (no API)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from decice_scheduler.binder import TokenBucket
+from decice_scheduler.builders import make_node, make_pod
+from decice_scheduler.metrics import Metrics
+from decice_scheduler.queue import SchedulingQueue, wants_scheduling
+from decice_scheduler.state import ClusterState
+from decice_scheduler.sync import Sync
+
+pytestmark = pytest.mark.unit
+
+OURS = "decice-scheduler"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+def test_wants_scheduling_only_our_unbound_live_pods() -> None:
+    assert wants_scheduling(make_pod("a", scheduler=OURS), OURS)
+    assert not wants_scheduling(make_pod("b"), OURS)
+    assert not wants_scheduling(make_pod("c", scheduler=OURS, node="n1"), OURS)
+    assert not wants_scheduling(make_pod("d", scheduler=OURS, phase="Succeeded"), OURS)
+    assert not wants_scheduling(make_pod("e", scheduler=OURS, deleting=True), OURS)
+
+
+def test_fifo_then_backoff_doubles_and_caps() -> None:
+    clock = Clock()
+    q = SchedulingQueue(initial_backoff=1.0, max_backoff=4.0, clock=clock)
+
+    async def go() -> None:
+        for name in ("a", "b", "c"):
+            q.upsert(name, make_pod(name, scheduler=OURS))
+        assert [await q.pop() for _ in range(3)] == ["a", "b", "c"]
+        delays = []
+        for _ in range(4):
+            q.requeue("a")
+            delays.append(q.backoff_for("a"))
+            assert q._try_pop() is None
+            clock.now += delays[-1]
+            assert await q.pop() == "a"
+        assert delays == [1.0, 2.0, 4.0, 4.0]
+
+    run(go())
+
+
+def test_unschedulable_waits_for_a_cluster_event() -> None:
+    clock = Clock()
+    q = SchedulingQueue(initial_backoff=1.0, flush_after=30.0, clock=clock)
+
+    async def go() -> None:
+        q.upsert("a", make_pod("a", scheduler=OURS))
+        assert await q.pop() == "a"
+        q.unschedulable("a")
+        clock.now += 5
+        assert q._try_pop() is None  # no event yet
+        q.cluster_changed()
+        assert await q.pop() == "a"  # backoff (1 s) already over
+        q.unschedulable("a")
+        clock.now += 31
+        assert q._try_pop() == "a"  # the periodic flush
+
+    run(go())
+
+
+def test_removed_pod_is_never_popped() -> None:
+    q = SchedulingQueue()
+    q.upsert("a", make_pod("a", scheduler=OURS))
+    q.upsert("b", make_pod("b", scheduler=OURS))
+    q.remove("a")
+    assert q._try_pop() == "b"
+    assert q._try_pop() is None
+    q.requeue("a")  # gone: stays gone
+    assert q._try_pop() is None and "a" not in q
+
+
+def test_token_bucket_burst_then_rate() -> None:
+    clock = Clock()
+    bucket = TokenBucket(qps=2.0, burst=3, clock=clock)
+    assert [bucket.try_acquire() for _ in range(4)] == [True, True, True, False]
+    clock.now += 0.5
+    assert bucket.try_acquire() and not bucket.try_acquire()
+    with pytest.raises(ValueError):
+        TokenBucket(qps=0, burst=1)
+
+
+def test_sync_handlers_feed_state_and_queue() -> None:
+    async def go() -> None:
+        state, queue = ClusterState(), SchedulingQueue(initial_backoff=0.01)
+        sync = Sync(None, state, queue, Metrics(), OURS)  # type: ignore[arg-type]
+        sync._on_node("ADDED", make_node("n1", cpu="2"))
+        pending = make_pod("p", uid="u-p", scheduler=OURS, requests={"cpu": "1"})
+        sync._on_pod("ADDED", pending)
+        assert "u-p" in queue
+        other = make_pod("o", uid="u-o", node="n1", requests={"cpu": "1500m"})
+        sync._on_pod("ADDED", other)
+        assert state.requested("n1").cpu == 1500
+        assert await queue.pop() == "u-p"
+        queue.unschedulable("u-p")
+        done = make_pod("o", uid="u-o", node="n1", requests={"cpu": "1500m"}, phase="Succeeded")
+        sync._on_pod("MODIFIED", done)  # frees resources -> requeue
+        assert state.requested("n1").cpu == 0
+        assert await asyncio.wait_for(queue.pop(), 1) == "u-p"
+        bound = make_pod("p", uid="u-p", node="n1", scheduler=OURS, requests={"cpu": "1"})
+        sync._on_pod("MODIFIED", bound)
+        assert "u-p" not in queue and state.requested("n1").cpu == 1000
+        sync._on_pod("DELETED", bound)
+        assert state.requested("n1").cpu == 0
+
+    run(go())
