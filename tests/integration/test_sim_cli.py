@@ -164,6 +164,10 @@ def test_up_down_reset_leaves_no_process_and_no_data(tmp_path: Path) -> None:
     pids.append(sim["agent"]["status"]["pid"])
     assert all(_alive(pid) for pid in pids)
 
+    dirty = _decice(tmp_path, "verify")
+    assert dirty.returncode == 1
+    assert "not a clean slate" in dirty.stderr
+
     down = _decice(tmp_path, "down", "--json")
     assert down.returncode == 0, down.stderr
     reset = _decice(tmp_path, "reset", "--yes", "--json")
@@ -171,3 +175,6 @@ def test_up_down_reset_leaves_no_process_and_no_data(tmp_path: Path) -> None:
     _wait("every sim process to exit", lambda: not any(_alive(pid) for pid in pids), 30)
     assert not (tmp_path / ".decice" / "sim").exists()
     assert not (tmp_path / ".decice" / "kubeconfig").exists()
+    clean = _decice(tmp_path, "verify", "--json")
+    assert clean.returncode == 0, clean.stderr
+    assert json.loads(clean.stdout)["phases"][0]["note"].startswith("clean:")

@@ -8,6 +8,8 @@ up.scheduler     run the bundled decice-scheduler as a managed local process, wa
 down.scheduler   stop that process (by recorded pid) and remove any smoke pod.
 reset.kubernetes stop every process it started (by recorded pid), remove the data dir
                  and the kubeconfig.
+verify.verify    a clean slate: no sim data dir, no kubeconfig, and no process on this
+                 machine whose command line points into this state dir.
 """
 
 from __future__ import annotations
@@ -121,10 +123,45 @@ def reset_kubernetes(ctx: PhaseContext) -> str:
     return "scheduler, control plane and node agent stopped; data removed"
 
 
+def leftover_processes(state_dir: Path) -> list[str]:
+    """``pid: command`` of live processes whose command line mentions ``state_dir``."""
+    marker = str(state_dir.resolve()).encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker in cmdline:
+            words = cmdline.split(b"\0")
+            found.append(f"{entry.name}: {b' '.join(words[:3]).decode(errors='replace')} ...")
+    return found
+
+
+def verify_clean(ctx: PhaseContext) -> str:
+    state_dir = ctx.loaded.state_dir.resolve()
+    left = []
+    if data_dir(state_dir).exists():
+        left.append(f"{data_dir(state_dir)} exists")
+    if (state_dir / "kubeconfig").exists():
+        left.append(f"{state_dir / 'kubeconfig'} exists")
+    left.extend(f"process {p}" for p in leftover_processes(state_dir))
+    if left:
+        raise RunFailedError(
+            "not a clean slate:\n    "
+            + "\n    ".join(left)
+            + "\n    fix: `decice reset --yes` stops and removes what decice started"
+        )
+    return "clean: no sim data, no kubeconfig, no process of this state dir"
+
+
 PHASES: dict[str, dict[str, Callable[[PhaseContext], str]]] = {
     "up": {"kubernetes": up_kubernetes, "scheduler": up_scheduler},
     "down": {"scheduler": down_scheduler},
     "reset": {"kubernetes": reset_kubernetes},
+    "verify": {"verify": verify_clean},
 }
 
 
