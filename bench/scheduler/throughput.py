@@ -4,10 +4,27 @@ Method (docs/testbed.md): a fresh control plane per run (etcd + kube-apiserver, 
 controller-manager), the same nodes (10 % with GPUs) and the same pending pods created
 while no scheduler runs; then one scheduler starts and the time until every pod has a
 nodeName is measured (via a watch). Runs alternate A, B, A, B. Pods stay bound-but-Pending
-(no node agent). Reports pods/s, time to first bind, CPU seconds and peak RSS of the
-scheduler process.
+(no node agent runs).
+
+Per run: pods/s, time to first bind, CPU seconds and peak RSS of the scheduler process,
+the 1-minute load average when the run ended, how often the scheduler's threads were
+preempted (involuntary context switches: on 2 shared cores the apiserver and etcd take
+the core away in the middle of a decision), decision latency p50/p99 (decice: its
+``decice_scheduler_decision_seconds`` histogram, wall clock, and
+``decice_scheduler_decision_cpu_seconds``, the loop thread's CPU time, which leaves out
+the time apiserver/etcd/other work held the shared cores; kube: its
+``scheduler_scheduling_algorithm_duration_seconds``, coarse exponential buckets, when
+readable), and for decice the drift found by an audit (``POST /debug/audit``) once all
+pods are bound. ``rejections`` replays kubelet admission over the final LIST (pods in
+creation order, per node: pod count, cpu, memory, extended resources): no node agent
+runs, so this counts what an agent WOULD reject, for both schedulers.
+
+At the end, one JSON object per round (an A,B pair) with ``decice_pps``, ``kube_pps``,
+``ratio``, ``decision_p50_ms``, ``decision_p99_ms``, ``drift``, ``rejections`` (and the
+kube figures); ``--json`` prints only those objects.
 
     .venv/bin/python bench/scheduler/throughput.py --nodes 500 --pods 2000 --rounds 2
+    .venv/bin/python bench/scheduler/throughput.py --only decice --profile /tmp/prof
 """
 
 from __future__ import annotations
@@ -15,13 +32,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
+import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +52,16 @@ from decice.sim.controlplane import ControlPlane
 from decice.sim.kubeapi import KubeClient, load_kubeconfig
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scheduler"))
+
+from decice_scheduler.resources import node_allocatable, pod_request  # noqa: E402
+
 TICK = os.sysconf("SC_CLK_TCK")
+DECICE_DECISION = "decice_scheduler_decision_seconds"
+DECICE_DECISION_CPU = "decice_scheduler_decision_cpu_seconds"
+# bind request latency (coarse buckets in both)
+BIND = {"decice": "decice_scheduler_bind_seconds", "kube": "scheduler_binding_duration_seconds"}
+KUBE_DECISION = "scheduler_scheduling_algorithm_duration_seconds"
 
 
 def node_body(i: int, gpu: bool) -> dict[str, Any]:
@@ -113,6 +144,37 @@ async def wait_bound(kubeconfig: Path, rv: str, pods: int, started: float) -> tu
         await client.close()
 
 
+async def admission_rejections(kubeconfig: Path) -> int:
+    """Pods a kubelet's admission would reject, replayed over the final LIST."""
+    client = KubeClient(load_kubeconfig(kubeconfig))
+    try:
+        nodes, _ = await client.list_all("/api/v1/nodes", page=1000)
+        pods, _ = await client.list_all("/api/v1/pods", page=1000)
+    finally:
+        await client.close()
+    free = {n["metadata"]["name"]: node_allocatable(n).as_dict() for n in nodes}
+    by_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            by_node[node].append(pod)
+    rejected = 0
+    for node, members in by_node.items():
+        left = free.get(node)
+        if left is None:
+            rejected += len(members)
+            continue
+        members.sort(key=lambda p: (p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
+        for pod in members:
+            want = pod_request(pod).as_dict()
+            if all(left.get(name, 0) >= amount for name, amount in want.items()):
+                for name, amount in want.items():
+                    left[name] = left.get(name, 0) - amount
+            else:
+                rejected += 1
+    return rejected
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -131,7 +193,63 @@ def peak_rss_mib(pid: int) -> float:
     return 0.0
 
 
-def start(which: str, data: Path, qps: int, binaries: Any) -> subprocess.Popen[bytes]:
+def involuntary_switches(pid: int) -> int:
+    """How often the scheduler's threads were preempted (not blocked by their own wish)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for line in (task / "status").read_text().splitlines():
+            if line.startswith("nonvoluntary_ctxt_switches:"):
+                total += int(line.split()[1])
+    return total
+
+
+def histogram_quantile(text: str, metric: str, q: float) -> float | None:
+    """Prometheus-style quantile (linear within a bucket) of a histogram in /metrics text."""
+    buckets: list[tuple[float, float]] = []
+    prefix = metric + "_bucket{"
+    for line in text.splitlines():
+        if not line.startswith(prefix):
+            continue
+        labels, _, value = line.rpartition(" ")
+        le = labels.split('le="', 1)[1].split('"', 1)[0]
+        bound = math.inf if le == "+Inf" else float(le)
+        buckets.append((bound, float(value)))
+    if not buckets:
+        return None
+    merged: dict[float, float] = defaultdict(float)  # kube labels buckets by profile
+    for bound, count in buckets:
+        merged[bound] += count
+    ordered = sorted(merged.items())
+    total = ordered[-1][1]
+    if total <= 0:
+        return None
+    rank = q * total
+    lower, below = 0.0, 0.0
+    for bound, count in ordered:
+        if count >= rank:
+            if math.isinf(bound):
+                return lower
+            if count == below:
+                return bound
+            return lower + (bound - lower) * (rank - below) / (count - below)
+        lower, below = bound, count
+    return lower
+
+
+def http_text(url: str, method: str = "GET", insecure: bool = False, timeout: float = 120) -> str:
+    ctx = None
+    if insecure:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:
+        return str(resp.read().decode())
+
+
+def start(
+    which: str, data: Path, qps: int, burst: int, binaries: Any, port: int, profile: Path | None
+) -> subprocess.Popen[bytes]:
     log = (data / f"{which}.log").open("wb")
     if which == "decice":
         env = {**os.environ, "PYTHONPATH": str(ROOT / "scheduler")}
@@ -142,16 +260,22 @@ def start(which: str, data: Path, qps: int, binaries: Any) -> subprocess.Popen[b
             "--kubeconfig",
             str(data / "admin.kubeconfig"),
             "--metrics-port",
-            "0",
+            str(port),
+            "--metrics-host",
+            "127.0.0.1",
             "--audit-interval",
             "0",
             "--qps",
             str(qps),
             "--burst",
-            str(qps * 2),
+            str(burst),
             "--bind-concurrency",
             "64",
         ]
+        if profile is not None:
+            spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+            out = profile / f"decice-{int(time.time())}.speedscope.json"
+            argv = [spy, "record", "-r", "250", "-f", "speedscope", "-o", str(out), "--", *argv]
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
     kc = data / "scheduler.kubeconfig"
     argv = [
@@ -159,65 +283,177 @@ def start(which: str, data: Path, qps: int, binaries: Any) -> subprocess.Popen[b
         f"--kubeconfig={kc}",
         f"--authentication-kubeconfig={kc}",
         f"--authorization-kubeconfig={kc}",
+        "--authorization-always-allow-paths=/healthz,/metrics",
         "--bind-address=127.0.0.1",
-        f"--secure-port={free_port()}",
+        f"--secure-port={port}",
         f"--cert-dir={data / 'sched-certs'}",
         "--leader-elect=false",
         "--port=0",
         f"--kube-api-qps={qps}",
-        f"--kube-api-burst={qps * 2}",
+        f"--kube-api-burst={burst}",
     ]
     return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
 
 
-def one_run(which: str, nodes: int, pods: int, qps: int, binaries: Any) -> dict[str, Any]:
+def scheduler_pid(proc: subprocess.Popen[bytes], profiled: bool) -> int:
+    """The scheduler's own pid (under py-spy it is py-spy's child)."""
+    if not profiled:
+        return proc.pid
+    for _ in range(100):
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+        if children.exists() and children.read_text().split():
+            return int(children.read_text().split()[0])
+        time.sleep(0.05)
+    return proc.pid
+
+
+def one_run(
+    which: str, args: argparse.Namespace, binaries: Any, profile: Path | None
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="decice-bench-") as tmp:
         data = Path(tmp)
         cp = ControlPlane(data, binaries, controller_manager=False, node_lifecycle=False)
         cp.start()
         try:
             name = "decice-scheduler" if which == "decice" else "default-scheduler"
-            rv = asyncio.run(populate(cp.kubeconfig, nodes, pods, name))
+            rv = asyncio.run(populate(cp.kubeconfig, args.nodes, args.pods, name))
+            port = free_port()
+            profiled = which == "decice" and profile is not None
             started = time.monotonic()
-            proc = start(which, data, qps, binaries)
+            proc = start(which, data, args.qps, args.burst, binaries, port, profile)
+            pid = scheduler_pid(proc, profiled)
             try:
-                first, total = asyncio.run(wait_bound(cp.kubeconfig, rv, pods, started))
-                cpu = cpu_seconds(proc.pid)
-                rss = peak_rss_mib(proc.pid)
-            finally:
-                proc.send_signal(signal.SIGTERM)
+                first, total = asyncio.run(wait_bound(cp.kubeconfig, rv, args.pods, started))
+                cpu = cpu_seconds(pid)
+                rss = peak_rss_mib(pid)
+                preempted = involuntary_switches(pid)
+                load1 = os.getloadavg()[0]
+                metric = DECICE_DECISION if which == "decice" else KUBE_DECISION
+                base = (
+                    f"http://127.0.0.1:{port}" if which == "decice" else f"https://127.0.0.1:{port}"
+                )
                 try:
-                    proc.wait(timeout=20)
+                    text = http_text(base + "/metrics", insecure=which == "kube", timeout=10)
+                    p50 = histogram_quantile(text, metric, 0.5)
+                    p99 = histogram_quantile(text, metric, 0.99)
+                    cpu50 = histogram_quantile(text, DECICE_DECISION_CPU, 0.5)
+                    cpu99 = histogram_quantile(text, DECICE_DECISION_CPU, 0.99)
+                    bind50 = histogram_quantile(text, BIND[which], 0.5)
+                    bind99 = histogram_quantile(text, BIND[which], 0.99)
+                except OSError as exc:
+                    print(f"metrics of {which} not readable: {exc}", file=sys.stderr)
+                    p50 = p99 = cpu50 = cpu99 = bind50 = bind99 = None
+                drift = None
+                if which == "decice":
+                    audit = json.loads(http_text(base + "/debug/audit", method="POST"))
+                    drift = int(audit["drift_nodes"])
+                rejections = asyncio.run(admission_rejections(cp.kubeconfig))
+            finally:
+                proc.send_signal(signal.SIGTERM if not profiled else signal.SIGINT)
+                try:
+                    proc.wait(timeout=60 if profiled else 20)
                 except subprocess.TimeoutExpired:
                     proc.kill()
             return {
                 "scheduler": which,
-                "nodes": nodes,
-                "pods": pods,
-                "qps": qps,
+                "nodes": args.nodes,
+                "pods": args.pods,
+                "qps": args.qps,
+                "burst": args.burst,
                 "seconds": round(total, 2),
-                "pods_per_s": round(pods / total, 1),
+                "pods_per_s": round(args.pods / total, 1),
                 "first_bind_s": round(first, 2),
                 "cpu_s": round(cpu, 1),
+                "cpu_ms_per_pod": round(cpu * 1000 / args.pods, 2),
                 "peak_rss_mib": round(rss),
+                "preemptions": preempted,
+                "decision_p50_ms": None if p50 is None else round(p50 * 1000, 3),
+                "decision_p99_ms": None if p99 is None else round(p99 * 1000, 3),
+                "decision_cpu_p50_ms": None if cpu50 is None else round(cpu50 * 1000, 3),
+                "decision_cpu_p99_ms": None if cpu99 is None else round(cpu99 * 1000, 3),
+                "bind_p50_ms": None if bind50 is None else round(bind50 * 1000, 1),
+                "bind_p99_ms": None if bind99 is None else round(bind99 * 1000, 1),
+                "drift": drift,
+                "rejections": rejections,
+                "load1": round(load1, 2),
             }
         finally:
             cp.stop()
 
 
+def summary(decice: dict[str, Any] | None, kube: dict[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    run = decice or kube or {}
+    out.update(nodes=run.get("nodes"), pods=run.get("pods"), qps=run.get("qps"))
+    out["burst"] = run.get("burst")
+    if decice is not None:
+        out.update(
+            decice_pps=decice["pods_per_s"],
+            decision_p50_ms=decice["decision_p50_ms"],
+            decision_p99_ms=decice["decision_p99_ms"],
+            decision_cpu_p50_ms=decice["decision_cpu_p50_ms"],
+            decision_cpu_p99_ms=decice["decision_cpu_p99_ms"],
+            drift=decice["drift"],
+            rejections=decice["rejections"],
+            rejections_source="admission replay over the final LIST (no node agent runs)",
+            decice_cpu_ms_per_pod=decice["cpu_ms_per_pod"],
+            decice_first_bind_s=decice["first_bind_s"],
+            decice_load1=decice["load1"],
+            decice_preemptions=decice["preemptions"],
+            decice_bind_p50_ms=decice["bind_p50_ms"],
+            decice_bind_p99_ms=decice["bind_p99_ms"],
+        )
+    if kube is not None:
+        out.update(
+            kube_pps=kube["pods_per_s"],
+            kube_decision_p50_ms=kube["decision_p50_ms"],
+            kube_decision_p99_ms=kube["decision_p99_ms"],
+            kube_rejections=kube["rejections"],
+            kube_cpu_ms_per_pod=kube["cpu_ms_per_pod"],
+            kube_first_bind_s=kube["first_bind_s"],
+            kube_load1=kube["load1"],
+            kube_preemptions=kube["preemptions"],
+            kube_bind_p50_ms=kube["bind_p50_ms"],
+            kube_bind_p99_ms=kube["bind_p99_ms"],
+        )
+    if decice is not None and kube is not None and kube["pods_per_s"]:
+        out["ratio"] = round(decice["pods_per_s"] / kube["pods_per_s"], 3)
+    return out
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--pods", type=int, default=2000)
-    parser.add_argument("--qps", type=int, default=500, help="client QPS for both (burst 2x)")
+    parser.add_argument("--qps", type=int, default=500, help="client QPS for both")
+    parser.add_argument("--burst", type=int, default=None, help="client burst (default 2x qps)")
     parser.add_argument("--rounds", type=int, default=2, help="A,B pairs")
     parser.add_argument("--only", choices=["decice", "kube"], default=None)
+    parser.add_argument("--json", action="store_true", help="print only the per-round JSON")
+    parser.add_argument(
+        "--profile", type=Path, default=None, help="run decice under py-spy; write here"
+    )
     args = parser.parse_args()
+    if args.burst is None:
+        args.burst = args.qps * 2
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     binaries = resolve_binaries()
     order = [args.only] if args.only else ["decice", "kube"]
+    rounds: list[dict[str, Any]] = []
     for _ in range(args.rounds):
+        runs: dict[str, dict[str, Any]] = {}
         for which in order:
-            print(json.dumps(one_run(which, args.nodes, args.pods, args.qps, binaries)), flush=True)
+            runs[which] = one_run(which, args, binaries, args.profile)
+            if not args.json:
+                print(json.dumps(runs[which]), flush=True)
+        rounds.append(summary(runs.get("decice"), runs.get("kube")))
+    if not args.json:
+        print("--- per round", flush=True)
+    for item in rounds:
+        print(json.dumps(item), flush=True)
     return 0
 
 

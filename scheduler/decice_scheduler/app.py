@@ -224,6 +224,9 @@ class Scheduler:
         state = self.state
         queue = self.queue
         observe = self.metrics.algorithm_latency.observe
+        observe_decision = self.metrics.decision_latency.observe
+        observe_cpu = self.metrics.decision_cpu.observe
+        thread_time = time.thread_time
         while True:
             uid = await queue.pop()
             pod = queue.get(uid)
@@ -233,6 +236,7 @@ class Scheduler:
                 queue.done(uid)  # already counted; the watch will remove it from the queue
                 continue
             began = time.perf_counter()
+            began_cpu = thread_time()
             try:
                 info = PodInfo.from_pod(pod)
                 decision = schedule_one(info, state.snapshot(), profile, start_index)
@@ -240,7 +244,10 @@ class Scheduler:
                 log.exception("scheduling %s failed", uid)
                 queue.requeue(uid)
                 continue
-            observe(time.perf_counter() - began)
+            took = time.perf_counter() - began
+            observe_cpu(thread_time() - began_cpu)
+            observe(took)
+            observe_decision(took)
             self.cycles += 1
             start_index = decision.next_start_index
             if decision.node is not None:

@@ -120,7 +120,7 @@ class Binder:
                 return
             started = time.monotonic()
             try:
-                status, reply = await self.client.request("POST", path, body=body)
+                status, reply = await self.client.post(path, body)
             except ApiError as exc:
                 status, reply = 0, {"message": str(exc)}
             except asyncio.CancelledError:

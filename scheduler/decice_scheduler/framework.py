@@ -4,6 +4,19 @@ A filter answers "can this pod run on this node" with a ``Status``; a score plug
 rates a feasible node 0..100 (``normalize`` may rescale the raw scores across all
 feasible nodes, e.g. against the maximum). Plugins receive a ``PodInfo`` (the pod parsed
 once per cycle; ``pod.raw`` is the raw JSON) and a read-only ``NodeInfo``.
+
+The scheduling cycle calls two batch hooks with the same meaning, so that a plugin can
+do its per-pod work once instead of once per node:
+
+- ``FilterPlugin.prepare(pod)`` returns a function ``node -> Status`` that must answer
+  exactly what ``filter(pod, node)`` answers, or None when every node passes;
+- ``ScorePlugin.score_nodes(pod, nodes)`` returns the normalised scores in node order,
+  exactly what ``score`` + ``normalize`` give.
+
+The defaults call ``filter`` / ``score`` + ``normalize``, so a research plugin only
+implements those. A subclass that overrides ``filter`` (or ``score``/``normalize``)
+without overriding the batch hook gets the default hook back, so it never inherits a
+built-in's specialised hook that would bypass its override.
 """
 
 from __future__ import annotations
@@ -11,7 +24,7 @@ from __future__ import annotations
 import enum
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, NamedTuple
 
@@ -22,6 +35,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "MAX_SCORE",
     "Code",
+    "FilterFn",
     "FilterPlugin",
     "Plugin",
     "Registry",
@@ -68,9 +82,22 @@ class Plugin(ABC):  # noqa: B024 - a common base, not an interface of its own
         self.args: Mapping[str, Any] = dict(args or {})
 
 
+FilterFn = Callable[[NodeInfo], Status]
+
+
 class FilterPlugin(Plugin):
     @abstractmethod
     def filter(self, pod: PodInfo, node: NodeInfo) -> Status: ...
+
+    def prepare(self, pod: PodInfo) -> FilterFn | None:
+        """Per pod: ``node -> filter(pod, node)``, or None when every node passes."""
+        run = self.filter
+        return lambda node: run(pod, node)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "filter" in cls.__dict__ and "prepare" not in cls.__dict__:
+            cls.prepare = FilterPlugin.prepare  # type: ignore[method-assign]
 
 
 class ScorePlugin(Plugin):
@@ -81,6 +108,18 @@ class ScorePlugin(Plugin):
     def normalize(self, pod: PodInfo, scores: dict[str, int]) -> None:
         """Rescale ``scores`` (node name -> raw score) in place. Default: keep them."""
         del pod, scores
+
+    def score_nodes(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[int]:
+        """Normalised scores of ``nodes`` (distinct names), in their order."""
+        scores = {n.name: self.score(pod, n) for n in nodes}
+        self.normalize(pod, scores)
+        return [scores[n.name] for n in nodes]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__
+        if ("score" in own or "normalize" in own) and "score_nodes" not in own:
+            cls.score_nodes = ScorePlugin.score_nodes  # type: ignore[method-assign]
 
 
 class Registry:

@@ -21,6 +21,31 @@ __all__ = ["Metrics", "MetricsServer"]
 
 log = logging.getLogger("decice_scheduler.metrics")
 
+# Fine buckets for one decision (tens of microseconds to a few milliseconds matter).
+_DECISION_BUCKETS = (
+    0.00005,
+    0.0001,
+    0.0002,
+    0.0003,
+    0.0004,
+    0.0005,
+    0.00075,
+    0.001,
+    0.00125,
+    0.0015,
+    0.00175,
+    0.002,
+    0.0025,
+    0.003,
+    0.004,
+    0.005,
+    0.0075,
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.5,
+)
 _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 
@@ -50,6 +75,19 @@ class Metrics:
             p + "algorithm_seconds",
             "Duration of one scheduling cycle (filter + score)",
             buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.decision_latency = Histogram(
+            p + "decision_seconds",
+            "One scheduling decision: pod parsed, snapshot taken, filtered and scored",
+            buckets=_DECISION_BUCKETS,
+            registry=r,
+        )
+        self.decision_cpu = Histogram(
+            p + "decision_cpu_seconds",
+            "CPU time of one scheduling decision (the loop thread's own CPU: without the "
+            "time other processes held the core)",
+            buckets=_DECISION_BUCKETS,
             registry=r,
         )
         self.queue_depth = Gauge(p + "queue_depth", "Pending pods by queue", ["queue"], registry=r)

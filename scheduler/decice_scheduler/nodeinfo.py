@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -38,6 +38,19 @@ class NodeInfo:
     # cpu/memory requested with scoring defaults for pods that request none
     nonzero_cpu: int = 0
     nonzero_memory: int = 0
+    # derived once per generation for the scheduling hot path (see __post_init__)
+    free_cpu: int = field(init=False, repr=False, compare=False)
+    free_memory: int = field(init=False, repr=False, compare=False)
+    free_pods: int = field(init=False, repr=False, compare=False)
+    plain: bool = field(init=False, repr=False, compare=False)  # no taints, not cordoned
+
+    def __post_init__(self) -> None:
+        alloc, used = self.allocatable, self.requested
+        setter = object.__setattr__
+        setter(self, "free_cpu", alloc.cpu - used.cpu)
+        setter(self, "free_memory", alloc.memory - used.memory)
+        setter(self, "free_pods", alloc.pods - used.pods)
+        setter(self, "plain", not self.taints and not self.unschedulable)
 
     @property
     def free(self) -> Resources:

@@ -9,15 +9,30 @@ node gets its turn. An unschedulable pod has always been checked against every n
 so its reasons are complete.
 
 Among the best-scored nodes the one with the smallest name wins (deterministic).
+
+Speed without changing a decision (tests/unit/test_scheduler_perf_equivalence.py checks
+this against the plain per-node loop): filters and scores run through their batch hooks
+(``FilterPlugin.prepare``, ``ScorePlugin.score_nodes``); with built-in filters only, a
+node without taints or cordon whose free cpu/memory/pods/extended cover the request is
+accepted without calling the filters one by one (any other node goes through them, so
+reasons stay exact); and a pod asking for an extended resource (e.g. nvidia.com/gpu)
+only visits the nodes that have some of it (``Snapshot.positions_with``), in the same
+rotated order, so feasible nodes, ``evaluated`` and the next start index are the same.
+When that finds no node, the full scan runs to collect the exact reasons.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import chain, compress, islice, repeat
+from operator import add, attrgetter, eq, mul
 
-from decice_scheduler.framework import MAX_SCORE, Code
+from decice_scheduler.framework import MAX_SCORE, Code, FilterFn
 from decice_scheduler.nodeinfo import NodeInfo
+from decice_scheduler.plugins import BUILTIN_FILTERS
+from decice_scheduler.plugins.fit import NodeResourcesFit
 from decice_scheduler.podinfo import PodInfo
 from decice_scheduler.profile import Profile
 from decice_scheduler.snapshot import Snapshot
@@ -58,6 +73,69 @@ def feasible_target(num_nodes: int, percentage: int = 0) -> int:
     return max(num_nodes * percentage // 100, MIN_FEASIBLE_NODES)
 
 
+_BUILTIN_FILTER_TYPES = frozenset(BUILTIN_FILTERS)
+_name = attrgetter("name")
+_Quick = tuple[int, int, int, tuple[tuple[str, int], ...]]
+
+
+def _all_builtin(profile: Profile) -> bool:
+    return all(type(plugin) in _BUILTIN_FILTER_TYPES for plugin in profile.filters)
+
+
+def _quick_fit(pod: PodInfo, builtin: bool) -> _Quick | None:
+    """(cpu, memory, pods, extended) when a node's own numbers can prove that every filter
+    passes: only built-in filters, and the pod names no node, selector or affinity. A
+    plain node (no taints, not cordoned) with that much free then passes all of them;
+    any other node goes through the filters one by one."""
+    if not builtin:
+        return None
+    if pod.node_name is not None or pod.node_selector or pod.required_affinity is not None:
+        return None
+    request = pod.request
+    extended = tuple((n, a) for n, a in request.extended.items() if a > 0)
+    return request.cpu, request.memory, request.pods, extended
+
+
+def _extended_fit(node: NodeInfo, extended: tuple[tuple[str, int], ...]) -> bool:
+    have = node.allocatable.extended
+    taken = node.requested.extended
+    return all(taken.get(name, 0) + amount <= have.get(name, 0) for name, amount in extended)
+
+
+def _candidates(pod: PodInfo, profile: Profile, snapshot: Snapshot) -> list[int] | None:
+    """Positions of the only nodes that can fit a pod asking for an extended resource.
+
+    With built-in filters only, a pod requesting ``R`` (not ignored by NodeResourcesFit)
+    fails on every node that has no ``R`` at all (allocatable and requested both 0), so
+    those need not be looked at. None: no such shortcut (scan every node).
+    """
+    fit = [p for p in profile.filters if type(p) is NodeResourcesFit]
+    if not fit:
+        return None
+    ignored = fit[0].ignored
+    best: list[int] | None = None
+    for name, amount in pod.request.extended.items():
+        if amount > 0 and name not in ignored:
+            positions = snapshot.positions_with(name)
+            if best is None or len(positions) < len(best):
+                best = positions
+    return best
+
+
+def _passes(node: NodeInfo, quick: _Quick | None, checks: list[FilterFn]) -> bool:
+    if (
+        quick is not None
+        and node.plain
+        and node.free_cpu >= quick[0]
+        and node.free_memory >= quick[1]
+        and node.free_pods >= quick[2]
+        and (not quick[3] or _extended_fit(node, quick[3]))
+    ):
+        return True
+    success = Code.SUCCESS
+    return all(check(node).code is success for check in checks)
+
+
 def schedule_one(
     pod: PodInfo, snapshot: Snapshot, profile: Profile, start_index: int = 0
 ) -> Decision:
@@ -67,24 +145,68 @@ def schedule_one(
         return Decision(None)
     target = feasible_target(total, profile.percentage_of_nodes_to_score)
     start = start_index % total
+    # per-pod work once: each filter's node check (None: the filter passes every node)
+    checks = [fn for plugin in profile.filters if (fn := plugin.prepare(pod)) is not None]
     feasible: list[NodeInfo] = []
+    append = feasible.append
     reasons: dict[str, int] = {}
-    evaluated = 0
-    filters = [plugin.filter for plugin in profile.filters]
     success = Code.SUCCESS
-    for offset in range(total):
-        node = nodes[(start + offset) % total]
-        evaluated += 1
-        for run in filters:
-            status = run(pod, node)
-            if status.code is not success:
-                for reason in status.reasons:
-                    reasons[reason] = reasons.get(reason, 0) + 1
-                break
-        else:
-            feasible.append(node)
-            if len(feasible) >= target:
-                break
+    evaluated = 0
+    builtin = _all_builtin(profile)
+    quick = _quick_fit(pod, builtin)
+    positions = _candidates(pod, profile, snapshot) if checks and builtin else None
+    if positions is not None:
+        # only nodes that have the extended resource, in the same rotated order; the
+        # others would fail, so feasible, evaluated and the next start come out the same
+        need = target
+        evaluated = total
+        cut = bisect_left(positions, start)
+        for pos in chain(islice(positions, cut, None), islice(positions, cut)):
+            node = nodes[pos]
+            if _passes(node, quick, checks):
+                append(node)
+                need -= 1
+                if not need:
+                    evaluated = (pos - start) % total + 1
+                    break
+        if not feasible:
+            evaluated = 0  # unschedulable: scan everything below for the exact reasons
+    if feasible:
+        pass
+    elif not checks:
+        order = nodes[start:] + nodes[:start] if start else nodes
+        feasible = list(order[:target])
+        evaluated = len(feasible)
+    else:
+        order = nodes[start:] + nodes[:start] if start else nodes
+        need = target
+        for node in order:
+            evaluated += 1
+            if (
+                quick is not None
+                and node.plain
+                and node.free_cpu >= quick[0]
+                and node.free_memory >= quick[1]
+                and node.free_pods >= quick[2]
+                and (not quick[3] or _extended_fit(node, quick[3]))
+            ):
+                # sure to pass every built-in filter: no per-filter calls
+                append(node)
+                need -= 1
+                if not need:
+                    break
+                continue
+            for check in checks:
+                status = check(node)
+                if status.code is not success:
+                    for reason in status.reasons:
+                        reasons[reason] = reasons.get(reason, 0) + 1
+                    break
+            else:
+                append(node)
+                need -= 1
+                if not need:
+                    break
     next_start = (start + evaluated) % total
     if not feasible:
         return Decision(None, 0, 0, evaluated, reasons, next_start)
@@ -92,16 +214,26 @@ def schedule_one(
         only = min(feasible, key=lambda n: n.name) if len(feasible) > 1 else feasible[0]
         return Decision(only.name, 0, len(feasible), evaluated, {}, next_start)
 
-    totals = dict.fromkeys((n.name for n in feasible), 0)
+    count = len(feasible)
+    totals = [0] * count
     for plugin, weight in profile.scores:
-        scores = {n.name: plugin.score(pod, n) for n in feasible}
-        plugin.normalize(pod, scores)
-        for name, value in scores.items():
-            if not 0 <= value <= MAX_SCORE:
-                raise ValueError(
-                    f"score plugin {plugin.name or type(plugin).__name__} gave {value} "
-                    f"for node {name}; scores must be within 0..{MAX_SCORE}"
-                )
-            totals[name] += weight * value
-    best = min(totals.items(), key=lambda item: (-item[1], item[0]))
-    return Decision(best[0], best[1], len(feasible), evaluated, {}, next_start)
+        scores = plugin.score_nodes(pod, feasible)
+        if len(scores) != count:
+            raise ValueError(
+                f"score plugin {plugin.name or type(plugin).__name__} gave {len(scores)} "
+                f"scores for {count} nodes"
+            )
+        if min(scores) < 0 or max(scores) > MAX_SCORE:
+            for node, value in zip(feasible, scores, strict=True):
+                if not 0 <= value <= MAX_SCORE:
+                    raise ValueError(
+                        f"score plugin {plugin.name or type(plugin).__name__} gave {value} "
+                        f"for node {node.name}; scores must be within 0..{MAX_SCORE}"
+                    )
+        if weight != 1:
+            scores = list(map(mul, repeat(weight, count), scores))
+        totals = list(map(add, totals, scores))
+    top = max(totals)
+    # the smallest name among the best (C-level iteration: ties are common)
+    best = min(compress(map(_name, feasible), map(eq, repeat(top, count), totals)))
+    return Decision(best, top, count, evaluated, {}, next_start)

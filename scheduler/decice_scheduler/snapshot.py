@@ -15,22 +15,67 @@ class Snapshot:
 
     Consecutive snapshots share every ``NodeInfo`` that did not change in between; a
     ``NodeInfo`` is never mutated, so an older snapshot stays valid while a newer one
-    is taken.
+    is taken. When no node was added or removed, a new snapshot also shares the
+    name -> position index of the previous one and only replaces the changed entries
+    of a copied tuple (``_derive``), instead of copying a dict of every node.
     """
 
-    __slots__ = ("_by_name", "generation", "nodes")
+    __slots__ = ("_by_name", "_index", "_with", "generation", "nodes")
 
     def __init__(self, by_name: dict[str, NodeInfo], generation: int) -> None:
-        self._by_name = by_name
+        self._by_name: dict[str, NodeInfo] | None = by_name
         self.generation = generation
         self.nodes: tuple[NodeInfo, ...] = tuple(by_name.values())
+        self._index: dict[str, int] = {name: i for i, name in enumerate(by_name)}
+        # extended resource -> positions of the nodes that mention it (lazy)
+        self._with: dict[str, list[int]] = {}
+
+    @classmethod
+    def _derive(
+        cls, previous: Snapshot, changed: Mapping[str, NodeInfo], generation: int
+    ) -> Snapshot:
+        """``previous`` with some known nodes replaced (same names, same order)."""
+        nodes = list(previous.nodes)
+        index = previous._index
+        with_ = previous._with
+        if with_:
+            with_ = dict(with_)
+        for name, info in changed.items():
+            pos = index[name]
+            if with_:
+                old = nodes[pos]
+                for resource in list(with_):
+                    if _mentions(old, resource) != _mentions(info, resource):
+                        del with_[resource]
+            nodes[pos] = info
+        new = cls.__new__(cls)
+        new._by_name = None
+        new.generation = generation
+        new.nodes = tuple(nodes)
+        new._index = index  # never mutated: shared
+        new._with = with_  # lists never mutated: shared
+        return new
+
+    def positions_with(self, resource: str) -> list[int]:
+        """Ascending positions of the nodes whose allocatable or requested amount of an
+        extended ``resource`` is not zero (every other node has none of it)."""
+        found = self._with.get(resource)
+        if found is None:
+            found = [i for i, info in enumerate(self.nodes) if _mentions(info, resource)]
+            self._with[resource] = found
+        return found
 
     @property
     def by_name(self) -> Mapping[str, NodeInfo]:
-        return MappingProxyType(self._by_name)
+        return MappingProxyType(self._table())
 
     def get(self, name: str) -> NodeInfo | None:
-        return self._by_name.get(name)
+        i = self._index.get(name)
+        return None if i is None else self.nodes[i]
+
+    def position(self, name: str) -> int | None:
+        """Where a node sits in ``nodes``, or None."""
+        return self._index.get(name)
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -39,8 +84,15 @@ class Snapshot:
         return iter(self.nodes)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._by_name
+        return name in self._index
 
     def _table(self) -> dict[str, NodeInfo]:
-        """The backing table, for ClusterState to derive the next snapshot from."""
-        return self._by_name
+        """Name -> NodeInfo in node order (built on demand; never mutate it)."""
+        table = self._by_name
+        if table is None:
+            table = self._by_name = {info.name: info for info in self.nodes}
+        return table
+
+
+def _mentions(info: NodeInfo, resource: str) -> bool:
+    return resource in info.allocatable.extended or resource in info.requested.extended

@@ -227,28 +227,31 @@ class ClusterState:
         with self._lock:
             if not self._dirty:
                 return self._snapshot
-            table = dict(self._snapshot._table())
+            previous = self._snapshot
+            changed: dict[str, NodeInfo] = {}
+            removed: list[str] = []
+            structural = False  # a node appears or disappears: rebuild the order
             for name in self._dirty:
                 state = self._nodes.get(name)
+                known = previous.get(name)
                 if state is None or state.node is None:
-                    table.pop(name, None)
+                    if known is not None:
+                        removed.append(name)
+                        structural = True
                     continue
-                info = table.get(name)
-                if info is not None and info.generation == state.generation:
+                if known is None:
+                    structural = True
+                elif known.generation == state.generation:
                     continue
-                table[name] = NodeInfo(
-                    name=state.name,
-                    generation=state.generation,
-                    labels=state.labels,
-                    taints=state.taints,
-                    unschedulable=state.unschedulable,
-                    allocatable=state.allocatable,
-                    requested=state.requested,
-                    node=state.node,
-                    nonzero_cpu=state.nonzero_cpu,
-                    nonzero_memory=state.nonzero_memory,
-                )
+                changed[name] = _node_info(state)
             self._dirty.clear()
+            if not structural:
+                self._snapshot = Snapshot._derive(previous, changed, self._generation)
+                return self._snapshot
+            table = dict(previous._table())
+            for name in removed:
+                del table[name]
+            table.update(changed)  # known names keep their place, new ones go last
             self._snapshot = Snapshot(table, self._generation)
             return self._snapshot
 
@@ -429,6 +432,22 @@ class ClusterState:
             self._generation += 1
         else:
             self._touch(state)
+
+
+def _node_info(state: _NodeState) -> NodeInfo:
+    assert state.node is not None
+    return NodeInfo(
+        name=state.name,
+        generation=state.generation,
+        labels=state.labels,
+        taints=state.taints,
+        unschedulable=state.unschedulable,
+        allocatable=state.allocatable,
+        requested=state.requested,
+        node=state.node,
+        nonzero_cpu=state.nonzero_cpu,
+        nonzero_memory=state.nonzero_memory,
+    )
 
 
 def _as_bound(pod: Mapping[str, Any], node: str | None) -> Mapping[str, Any]:

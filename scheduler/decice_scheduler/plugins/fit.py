@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from decice_scheduler.framework import SUCCESS, FilterPlugin, Status
+from decice_scheduler.framework import SUCCESS, FilterFn, FilterPlugin, Status
 from decice_scheduler.nodeinfo import NodeInfo
 from decice_scheduler.podinfo import PodInfo
 from decice_scheduler.resources import fits
@@ -27,6 +27,11 @@ class NodeResourcesFit(FilterPlugin):
         self._ignored = frozenset(self.args.get("ignoredResources") or ())
         self._statuses: dict[tuple[str, ...], Status] = {}
 
+    @property
+    def ignored(self) -> frozenset[str]:
+        """Resources this filter does not check."""
+        return self._ignored
+
     def filter(self, pod: PodInfo, node: NodeInfo) -> Status:
         reasons = fits(pod.request, node.allocatable, node.requested)
         if reasons and self._ignored:
@@ -38,3 +43,29 @@ class NodeResourcesFit(FilterPlugin):
         if status is None:
             status = self._statuses[key] = Status.unschedulable(*key)
         return status
+
+    def prepare(self, pod: PodInfo) -> FilterFn | None:
+        """A quick "fits" check; any node it doubts gets the exact ``filter``."""
+        request = pod.request
+        cpu, memory, pods = request.cpu, request.memory, request.pods
+        extended = tuple((n, a) for n, a in request.extended.items() if a > 0)
+        exact = self.filter
+
+        def run(node: NodeInfo) -> Status:
+            alloc = node.allocatable
+            used = node.requested
+            if (
+                (pods and used.pods + pods > alloc.pods)
+                or (cpu and used.cpu + cpu > alloc.cpu)
+                or (memory and used.memory + memory > alloc.memory)
+            ):
+                return exact(pod, node)
+            if extended:
+                have = alloc.extended
+                taken = used.extended
+                for name, amount in extended:
+                    if taken.get(name, 0) + amount > have.get(name, 0):
+                        return exact(pod, node)
+            return SUCCESS
+
+        return run

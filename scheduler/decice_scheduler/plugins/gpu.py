@@ -16,7 +16,7 @@ When no feasible node has a free GPU every node scores 100 (the score is neutral
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from decice_scheduler.framework import MAX_SCORE, ScorePlugin
@@ -51,3 +51,23 @@ class GpuAware(ScorePlugin):
         prefer_free = wants_gpu and not self._pack
         for name, free in scores.items():
             scores[name] = (free if prefer_free else top - free) * MAX_SCORE // top
+
+    def score_nodes(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[int]:
+        res = self._resource
+        if res in ("cpu", "memory", "pods"):
+            free = [max(n.allocatable.get(res) - n.requested.get(res), 0) for n in nodes]
+        else:
+            # nodes without any extended resource (most of them) have nothing free
+            free = [
+                (f if (f := have.get(res, 0) - n.requested.extended.get(res, 0)) > 0 else 0)
+                if (have := n.allocatable.extended)
+                else 0
+                for n in nodes
+            ]
+        top = max(free, default=0)
+        if top <= 0:
+            return [MAX_SCORE] * len(free)
+        wants_gpu = pod.request.get(res) > 0
+        if wants_gpu and not self._pack:
+            return [f * MAX_SCORE // top for f in free]
+        return [(top - f) * MAX_SCORE // top for f in free]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from decice_scheduler.framework import SUCCESS, FilterPlugin, Status
+from decice_scheduler.framework import SUCCESS, FilterFn, FilterPlugin, Status
 from decice_scheduler.nodeinfo import NodeInfo
 from decice_scheduler.podinfo import PodInfo
 
@@ -22,6 +22,12 @@ class NodeUnschedulable(FilterPlugin):
             return self._REJECT
         return SUCCESS
 
+    def prepare(self, pod: PodInfo) -> FilterFn | None:
+        if pod.tolerates(UNSCHEDULABLE_TAINT, "", "NoSchedule"):
+            return None
+        reject = self._REJECT
+        return lambda node: reject if node.unschedulable else SUCCESS
+
 
 class NodeName(FilterPlugin):
     """A pod that names a node (spec.nodeName) fits only that node."""
@@ -35,6 +41,13 @@ class NodeName(FilterPlugin):
         if pod.node_name is not None and pod.node_name != node.name:
             return self._REJECT
         return SUCCESS
+
+    def prepare(self, pod: PodInfo) -> FilterFn | None:
+        wanted = pod.node_name
+        if wanted is None:
+            return None
+        reject = self._REJECT
+        return lambda node: SUCCESS if node.name == wanted else reject
 
 
 class NodeSelector(FilterPlugin):
@@ -50,6 +63,21 @@ class NodeSelector(FilterPlugin):
                 return self._REJECT
         return SUCCESS
 
+    def prepare(self, pod: PodInfo) -> FilterFn | None:
+        if not pod.node_selector:
+            return None
+        wanted = tuple(pod.node_selector.items())
+        reject = self._REJECT
+
+        def run(node: NodeInfo) -> Status:
+            labels = node.labels
+            for key, value in wanted:
+                if labels.get(key) != value:
+                    return reject
+            return SUCCESS
+
+        return run
+
 
 class NodeAffinity(FilterPlugin):
     """requiredDuringSchedulingIgnoredDuringExecution node affinity."""
@@ -62,3 +90,11 @@ class NodeAffinity(FilterPlugin):
         if selector is not None and not selector.matches(node.labels, node.name):
             return self._REJECT
         return SUCCESS
+
+    def prepare(self, pod: PodInfo) -> FilterFn | None:
+        selector = pod.required_affinity
+        if selector is None:
+            return None
+        matches = selector.matches
+        reject = self._REJECT
+        return lambda node: SUCCESS if matches(node.labels, node.name) else reject

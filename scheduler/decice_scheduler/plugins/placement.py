@@ -9,7 +9,7 @@ preference, not a requirement: use a node selector or affinity to require a clas
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from decice_scheduler.framework import MAX_SCORE, ScorePlugin
@@ -45,3 +45,9 @@ class HybridPlacement(ScorePlugin):
         if wanted not in CLASSES:
             return 0
         return MAX_SCORE if node_class(node.labels) == wanted else 0
+
+    def score_nodes(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[int]:
+        wanted = pod.annotations.get(self._annotation)
+        if wanted not in CLASSES:
+            return [0] * len(nodes)
+        return [MAX_SCORE if node_class(n.labels) == wanted else 0 for n in nodes]

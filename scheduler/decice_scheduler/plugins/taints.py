@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from decice_scheduler.framework import MAX_SCORE, SUCCESS, FilterPlugin, ScorePlugin, Status
+from collections.abc import Sequence
+
+from decice_scheduler.framework import (
+    MAX_SCORE,
+    SUCCESS,
+    FilterFn,
+    FilterPlugin,
+    ScorePlugin,
+    Status,
+)
 from decice_scheduler.nodeinfo import NodeInfo
 from decice_scheduler.podinfo import PodInfo
 
@@ -25,6 +34,10 @@ class TaintToleration(FilterPlugin):
                 )
         return SUCCESS
 
+    def prepare(self, pod: PodInfo) -> FilterFn | None:
+        check = self.filter
+        return lambda node: check(pod, node) if node.taints else SUCCESS
+
 
 class TaintTolerationScore(ScorePlugin):
     """Fewer untolerated PreferNoSchedule taints score higher (none: 100)."""
@@ -42,3 +55,11 @@ class TaintTolerationScore(ScorePlugin):
         worst = max(scores.values(), default=0)
         for name, count in scores.items():
             scores[name] = MAX_SCORE if worst == 0 else MAX_SCORE * (worst - count) // worst
+
+    def score_nodes(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[int]:
+        score = self.score
+        counts = [score(pod, n) if n.taints else 0 for n in nodes]
+        worst = max(counts, default=0)
+        if worst == 0:
+            return [MAX_SCORE] * len(counts)
+        return [MAX_SCORE * (worst - count) // worst for count in counts]

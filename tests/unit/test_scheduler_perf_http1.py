@@ -1,0 +1,144 @@
+"""The lean HTTP/1.1 pool used for bindings answers like the httpx client did:
+status and decoded JSON, keep-alive reuse, chunked replies, closed idle connections
+retried once, failures raised (the binder maps them to "transport")."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+
+import pytest
+
+from decice_scheduler.http1 import Http1Pool
+
+pytestmark = pytest.mark.unit
+
+Reply = Callable[[bytes, int], bytes | None]
+
+
+async def serve(reply: Reply) -> tuple[asyncio.AbstractServer, int, list[int]]:
+    """A tiny HTTP/1.1 server; ``reply(request_bytes, n)`` gives the raw answer or None
+    (close the connection without answering). Returns the server, port and the number
+    of requests per connection."""
+    per_conn: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        per_conn.append(0)
+        me = len(per_conn) - 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                body = await reader.readexactly(length)
+                per_conn[me] += 1
+                answer = reply(head + body, sum(per_conn))
+                if answer is None:
+                    break
+                writer.write(answer)
+                await writer.drain()
+                if b"Connection: close" in answer:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, port, per_conn
+
+
+def ok(body: object, extra: str = "") -> bytes:
+    data = json.dumps(body).encode()
+    return (
+        f"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\n{extra}"
+        f"Content-Length: {len(data)}\r\n\r\n"
+    ).encode() + data
+
+
+def test_status_body_and_keep_alive() -> None:
+    async def main() -> None:
+        seen: list[bytes] = []
+
+        def reply(request: bytes, n: int) -> bytes:
+            seen.append(request)
+            return ok({"n": n})
+
+        server, port, per_conn = await serve(reply)
+        pool = Http1Pool(f"http://127.0.0.1:{port}", None, {"Accept": "application/json"})
+        for i in range(3):
+            status, body = await pool.request_json("POST", "/x/binding", {"i": i})
+            assert (status, body) == (201, {"n": i + 1})
+        assert per_conn == [3]  # one connection, reused
+        head, _, payload = seen[0].partition(b"\r\n\r\n")
+        assert head.startswith(b"POST /x/binding HTTP/1.1\r\n")
+        assert b"Accept: application/json" in head and json.loads(payload) == {"i": 0}
+        await pool.close()
+        server.close()
+
+    asyncio.run(main())
+
+
+def test_chunked_reply_and_connection_close() -> None:
+    async def main() -> None:
+        def reply(request: bytes, n: int) -> bytes:
+            if n == 1:
+                return (
+                    b"HTTP/1.1 409 Conflict\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    b'5\r\n{"a":\r\n3\r\n 1}\r\n0\r\n\r\n'
+                )
+            return ok({"second": True}, "Connection: close\r\n")
+
+        server, port, per_conn = await serve(reply)
+        pool = Http1Pool(f"http://127.0.0.1:{port}", None, {})
+        assert await pool.request_json("POST", "/a", {}) == (409, {"a": 1})
+        assert await pool.request_json("POST", "/a", {}) == (201, {"second": True})
+        assert await pool.request_json("POST", "/a", {}) == (201, {"second": True})
+        assert per_conn == [2, 1]  # the server said close: a new connection
+        await pool.close()
+        server.close()
+
+    asyncio.run(main())
+
+
+def test_idle_connection_closed_by_server_is_retried_once() -> None:
+    async def main() -> None:
+        def reply(request: bytes, n: int) -> bytes | None:
+            return None if n == 2 else ok({"n": n})  # the 2nd request finds it closed
+
+        server, port, per_conn = await serve(reply)
+        pool = Http1Pool(f"http://127.0.0.1:{port}", None, {})
+        assert await pool.request_json("POST", "/a", {}) == (201, {"n": 1})
+        assert await pool.request_json("POST", "/a", {}) == (201, {"n": 3})
+        assert per_conn == [2, 1]
+        await pool.close()
+        server.close()
+
+    asyncio.run(main())
+
+
+def test_failures_raise() -> None:
+    async def main() -> None:
+        server, port, _ = await serve(lambda request, n: None)  # never answers
+        pool = Http1Pool(f"http://127.0.0.1:{port}", None, {}, timeout=2.0)
+        with pytest.raises(ConnectionError):
+            await pool.request_json("POST", "/a", {})  # fresh connection: no retry
+        await pool.close()
+        server.close()
+
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await asyncio.sleep(5)
+            writer.close()
+
+        quiet = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = quiet.sockets[0].getsockname()[1]
+        pool = Http1Pool(f"http://127.0.0.1:{port}", None, {}, timeout=0.3)
+        with pytest.raises(TimeoutError):
+            await pool.request_json("POST", "/a", {})
+        await pool.close()
+        quiet.close()
+
+    asyncio.run(main())
