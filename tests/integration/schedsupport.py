@@ -15,7 +15,6 @@ import selectors
 import signal
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from tests.integration.test_scheduler_sync import (
     GROUP_LABEL,
     SCHED,
     SchedulerProc,
+    start_agent,
     wait_for,
 )
 from tests.support import require
@@ -84,33 +84,7 @@ class SchedEnv:
     namespaces: tuple[str, ...]
 
 
-def _start_agent(
-    info: ControlPlaneInfo, workdir: Path, groups: Sequence[Mapping[str, Any]]
-) -> subprocess.Popen[bytes]:
-    nodes_file, status = workdir / "nodes.json", workdir / "agent-status.json"
-    nodes_file.write_text(json.dumps({"nodes": list(groups)}))
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "decice.sim.agent",
-            "--kubeconfig",
-            str(info.kubeconfig),
-            "--nodes-file",
-            str(nodes_file),
-            "--status-file",
-            str(status),
-        ],
-        stdout=(workdir / "agent.log").open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-
-    def ready() -> bool:
-        assert proc.poll() is None, (workdir / "agent.log").read_text()
-        return status.exists() and bool(json.loads(status.read_text()).get("ready"))
-
-    wait_for("agent ready", ready, timeout=60)
-    return proc
+_start_agent = start_agent
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

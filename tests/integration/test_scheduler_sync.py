@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,9 +180,12 @@ class SchedulerProc:
         return dict(json.loads(body))
 
 
-def start_agent(info: ControlPlaneInfo, workdir: Path) -> subprocess.Popen[bytes]:
+def start_agent(
+    info: ControlPlaneInfo, workdir: Path, groups: Sequence[Mapping[str, Any]] = GROUPS
+) -> subprocess.Popen[bytes]:
+    """Run the sim node agent for ``groups`` as its real subprocess; wait until ready."""
     nodes_file, status = workdir / "nodes.json", workdir / "agent-status.json"
-    nodes_file.write_text(json.dumps({"nodes": GROUPS}))
+    nodes_file.write_text(json.dumps({"nodes": list(groups)}))
     proc = subprocess.Popen(
         [
             sys.executable,
