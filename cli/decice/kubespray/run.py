@@ -301,6 +301,21 @@ class Deployed:
         return {"kubespray": self.tag, "kubernetes": self.kube_version}
 
 
+def _run(
+    prepared: Prepared,
+    playbook: str,
+    progress: Callable[[str], None],
+    cancel: threading.Event | None,
+) -> None:
+    """Run one Kubespray playbook through ansible-runner; a failure names its artifacts."""
+    ident = playbook.removesuffix(".yml")
+    runner_dir = prepared.work_dir / "runner"
+    inv = prepared.invocation(playbook)
+    outcome = run_and_collect(inv, runner_dir, ident=ident, progress=progress, cancel=cancel)
+    if not outcome.ok:
+        raise RunFailedError(outcome.message(playbook, runner_dir / "artifacts" / ident))
+
+
 def deploy(
     prepared: Prepared,
     kubeconfig: Path,
@@ -309,11 +324,7 @@ def deploy(
     cancel: threading.Event | None = None,
 ) -> Deployed:
     """cluster.yml, then the admin kubeconfig at ``kubeconfig`` (0600)."""
-    inv = prepared.invocation("cluster.yml")
-    runner_dir = prepared.work_dir / "runner"
-    outcome = run_and_collect(inv, runner_dir, ident="cluster", progress=progress, cancel=cancel)
-    if not outcome.ok:
-        raise RunFailedError(outcome.message("cluster.yml", runner_dir / "artifacts" / "cluster"))
+    _run(prepared, "cluster.yml", progress, cancel)
     server = install_kubeconfig(
         prepared.artifacts_dir / "admin.conf", kubeconfig, reachable_address(prepared.hosts)
     )
@@ -330,11 +341,7 @@ def reset(
     cancel: threading.Event | None = None,
 ) -> None:
     """reset.yml (confirmed, HPC-safe group_vars), then forget the kubeconfig."""
-    inv = prepared.invocation("reset.yml")
-    runner_dir = prepared.work_dir / "runner"
-    outcome = run_and_collect(inv, runner_dir, ident="reset", progress=progress, cancel=cancel)
-    if not outcome.ok:
-        raise RunFailedError(outcome.message("reset.yml", runner_dir / "artifacts" / "reset"))
+    _run(prepared, "reset.yml", progress, cancel)
     kubeconfig.unlink(missing_ok=True)
 
 
