@@ -31,6 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from decice.sim.binaries import BinarySet
 from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
 from decice_scheduler.quantity import parse_cpu
+from tests.integration import test_sim_agent as sim_agent_tests
 from tests.support import require
 
 pytestmark = pytest.mark.scheduler
@@ -184,29 +185,7 @@ def start_agent(
     info: ControlPlaneInfo, workdir: Path, groups: Sequence[Mapping[str, Any]] = GROUPS
 ) -> subprocess.Popen[bytes]:
     """Run the sim node agent for ``groups`` as its real subprocess; wait until ready."""
-    nodes_file, status = workdir / "nodes.json", workdir / "agent-status.json"
-    nodes_file.write_text(json.dumps({"nodes": list(groups)}))
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "decice.sim.agent",
-            "--kubeconfig",
-            str(info.kubeconfig),
-            "--nodes-file",
-            str(nodes_file),
-            "--status-file",
-            str(status),
-        ],
-        stdout=(workdir / "agent.log").open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-
-    def ready() -> bool:
-        assert proc.poll() is None, (workdir / "agent.log").read_text()
-        return status.exists() and bool(json.loads(status.read_text()).get("ready"))
-
-    wait_for("agent ready", ready, timeout=60)
+    proc, _status = sim_agent_tests.start_agent(info, workdir, [dict(g) for g in groups])
     return proc
 
 
