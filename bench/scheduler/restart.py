@@ -31,7 +31,7 @@ from typing import Any
 
 from decice.sim.binaries import resolve_binaries
 from decice.sim.controlplane import ControlPlane
-from decice.sim.kubeapi import KubeClient, load_kubeconfig
+from decice_scheduler.client import Client
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -54,12 +54,14 @@ def bound_body(i: int, node: str) -> dict[str, Any]:
 
 
 async def populate(kubeconfig: Path, nodes: int, pods: int) -> None:
-    client = KubeClient(load_kubeconfig(kubeconfig), max_in_flight=64)
+    client = Client.from_kubeconfig(kubeconfig, max_retries=8, max_in_flight=64)
     try:
         t0 = time.monotonic()
         await asyncio.gather(
             *(
-                client.request("POST", "/api/v1/nodes", body=node_body(i, i % 10 == 0))
+                client.request(
+                    "POST", "/api/v1/nodes", body=node_body(i, i % 10 == 0), ok_status=()
+                )
                 for i in range(nodes)
             )
         )
@@ -73,6 +75,7 @@ async def populate(kubeconfig: Path, nodes: int, pods: int) -> None:
                     "POST",
                     "/api/v1/namespaces/default/pods",
                     body=bound_body(i, f"bench-{i % nodes:05d}"),
+                    ok_status=(),
                 )
 
         await asyncio.gather(*(create(i) for i in range(pods)))
@@ -88,7 +91,7 @@ async def populate(kubeconfig: Path, nodes: int, pods: int) -> None:
 
 
 async def add_pending(kubeconfig: Path, first: int, count: int) -> tuple[str, set[str]]:
-    client = KubeClient(load_kubeconfig(kubeconfig), max_in_flight=64)
+    client = Client.from_kubeconfig(kubeconfig, max_retries=8, max_in_flight=64)
     try:
         await asyncio.gather(
             *(
@@ -96,6 +99,7 @@ async def add_pending(kubeconfig: Path, first: int, count: int) -> tuple[str, se
                     "POST",
                     "/api/v1/namespaces/default/pods",
                     body=pod_body(i, "decice-scheduler"),
+                    ok_status=(),
                 )
                 for i in range(first, first + count)
             )
@@ -111,7 +115,7 @@ async def add_pending(kubeconfig: Path, first: int, count: int) -> tuple[str, se
 async def wait_bound(
     kubeconfig: Path, rv: str, names: set[str], started: float
 ) -> tuple[float, float]:
-    client = KubeClient(load_kubeconfig(kubeconfig))
+    client = Client.from_kubeconfig(kubeconfig, max_retries=8, max_in_flight=64)
     bound: set[str] = set()
     first = 0.0
     try:

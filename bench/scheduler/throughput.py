@@ -49,11 +49,11 @@ from typing import Any
 
 from decice.sim.binaries import resolve_binaries
 from decice.sim.controlplane import ControlPlane
-from decice.sim.kubeapi import KubeClient, load_kubeconfig
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scheduler"))
 
+from decice_scheduler.client import Client  # noqa: E402
 from decice_scheduler.resources import node_allocatable, pod_request  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -102,18 +102,23 @@ def pod_body(i: int, scheduler: str) -> dict[str, Any]:
 
 
 async def populate(kubeconfig: Path, nodes: int, pods: int, scheduler: str) -> str:
-    client = KubeClient(load_kubeconfig(kubeconfig), max_in_flight=64)
+    client = Client.from_kubeconfig(kubeconfig, max_retries=8, max_in_flight=64)
     try:
         await asyncio.gather(
             *(
-                client.request("POST", "/api/v1/nodes", body=node_body(i, i % 10 == 0))
+                client.request(
+                    "POST", "/api/v1/nodes", body=node_body(i, i % 10 == 0), ok_status=()
+                )
                 for i in range(nodes)
             )
         )
         await asyncio.gather(
             *(
                 client.request(
-                    "POST", "/api/v1/namespaces/default/pods", body=pod_body(i, scheduler)
+                    "POST",
+                    "/api/v1/namespaces/default/pods",
+                    body=pod_body(i, scheduler),
+                    ok_status=(),
                 )
                 for i in range(pods)
             )
@@ -125,7 +130,7 @@ async def populate(kubeconfig: Path, nodes: int, pods: int, scheduler: str) -> s
 
 
 async def wait_bound(kubeconfig: Path, rv: str, pods: int, started: float) -> tuple[float, float]:
-    client = KubeClient(load_kubeconfig(kubeconfig))
+    client = Client.from_kubeconfig(kubeconfig, max_retries=8, max_in_flight=64)
     bound: set[str] = set()
     first = 0.0
     try:
@@ -146,7 +151,7 @@ async def wait_bound(kubeconfig: Path, rv: str, pods: int, started: float) -> tu
 
 async def admission_rejections(kubeconfig: Path) -> int:
     """Pods a kubelet's admission would reject, replayed over the final LIST."""
-    client = KubeClient(load_kubeconfig(kubeconfig))
+    client = Client.from_kubeconfig(kubeconfig, max_retries=8, max_in_flight=64)
     try:
         nodes, _ = await client.list_all("/api/v1/nodes", page=1000)
         pods, _ = await client.list_all("/api/v1/pods", page=1000)

@@ -25,10 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from decice.sim.agent import register_nodes
+from decice.sim.agent import agent_client, register_nodes
 from decice.sim.binaries import resolve_binaries
 from decice.sim.controlplane import ControlPlane
-from decice.sim.kubeapi import KubeClient, load_kubeconfig
 from decice.spec_model import SimNodeGroup
 
 NS = "bench"
@@ -64,7 +63,7 @@ def pod_body(i, node):
 
 
 async def setup(kubeconfig, groups, n_pods):
-    kc = KubeClient(load_kubeconfig(kubeconfig), max_in_flight=64)
+    kc = agent_client(kubeconfig, max_in_flight=64)
     try:
         t0 = time.monotonic()
         res = await register_nodes(kc, groups)
@@ -95,7 +94,10 @@ async def setup(kubeconfig, groups, n_pods):
         async def create(i):
             async with sem:
                 await kc.request(
-                    "POST", f"/api/v1/namespaces/{NS}/pods", body=pod_body(i, names[i % len(names)])
+                    "POST",
+                    f"/api/v1/namespaces/{NS}/pods",
+                    body=pod_body(i, names[i % len(names)]),
+                    ok_status=(),
                 )
 
         await asyncio.gather(*(create(i) for i in range(n_pods)))
@@ -110,9 +112,9 @@ async def setup(kubeconfig, groups, n_pods):
 
 
 async def delete_all(kubeconfig):
-    kc = KubeClient(load_kubeconfig(kubeconfig))
+    kc = agent_client(kubeconfig)
     try:
-        await kc.request("DELETE", f"/api/v1/namespaces/{NS}/pods")
+        await kc.request("DELETE", f"/api/v1/namespaces/{NS}/pods", ok_status=())
     finally:
         await kc.close()
 

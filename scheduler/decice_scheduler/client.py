@@ -1,50 +1,116 @@
-"""A small asyncio Kubernetes client speaking raw JSON over HTTP/2 (httpx).
+"""The asyncio Kubernetes client of decice: raw JSON over HTTP/2 (httpx), no model objects.
 
-Two connection pools: one for short requests (LIST, binds, events, leases; keep-alive,
-HTTP/2 multiplexed) and one for long-lived watch streams. Watches set a server-side
-``timeoutSeconds`` AND a client read timeout, so a silent partition ends the stream
-instead of hanging it. Large bodies are decoded with the cyclic GC paused.
+Used by the scheduler, the simulator's node agent and the CLI. Two connection pools: one
+for short requests (LIST, writes, events, leases; keep-alive, HTTP/2 multiplexed) and
+one for long-lived watch streams. Watches set a server-side ``timeoutSeconds`` AND a
+client read timeout, so a silent partition ends the stream instead of hanging it. Large
+bodies are decoded with the cyclic GC paused.
+
+Per client, and off by default (the scheduler's hot path wants neither):
+
+- ``max_retries``: 429, 5xx and transport errors are retried with jittered exponential
+  backoff (honouring ``Retry-After``);
+- ``max_in_flight``: a bound on concurrent requests of the short-request pool.
+
+With both off and a kubeconfig-built config, small POSTs (``post``: bindings) take a
+lean HTTP/1.1 pool (see :mod:`decice_scheduler.http1`).
+
+Errors: :class:`ApiError` (``status`` 0 for a transport failure) and its subclass
+:class:`Gone` (410: the resourceVersion is too old, list again).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gc
 import json
+import logging
 import os
+import random
 import ssl
 import tempfile
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, NamedTuple
 
 import httpx
 import yaml
 
 from decice_scheduler.http1 import Http1Pool
 
-__all__ = ["ApiError", "Client", "Gone", "KubeConfig", "load_kubeconfig"]
+__all__ = [
+    "JSON",
+    "JSON_PATCH",
+    "MERGE_PATCH",
+    "RETRY_STATUS",
+    "ApiError",
+    "Client",
+    "Gone",
+    "KubeConfig",
+    "Response",
+    "decode",
+    "gc_paused",
+    "load_kubeconfig",
+]
+
+log = logging.getLogger(__name__)
 
 JSON = "application/json"
-BIG_BODY = 256 * 1024
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+BIG_BODY = 256 * 1024  # decode bodies above this with the cyclic GC paused
+
+Params = Mapping[str, str | int]
+
+
+# ================================================================== errors
 
 
 class ApiError(Exception):
     """A request answered with an unexpected status (0: transport failure)."""
 
     def __init__(self, method: str, path: str, status: int, body: str) -> None:
+        self.method = method
+        self.path = path
         self.status = status
         self.body = body
         super().__init__(f"{method} {path}: HTTP {status}: {body[:300]}")
 
 
-class Gone(Exception):
-    """410 Gone: the resourceVersion is too old; list again."""
+class Gone(ApiError):
+    """410 Gone: the resourceVersion (or continue token) is too old; list again."""
+
+    def __init__(self, method: str, path: str, body: str = "") -> None:
+        super().__init__(method, path, 410, body)
+
+
+def _error(method: str, path: str, status: int, body: str) -> ApiError:
+    return Gone(method, path, body) if status == 410 else ApiError(method, path, status, body)
+
+
+class Response(NamedTuple):
+    """Status and decoded JSON body (None when empty or not JSON); unpacks as a pair."""
+
+    status: int
+    body: Any
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+
+# ================================================================== kubeconfig
 
 
 @dataclass(frozen=True)
 class KubeConfig:
+    """What a client needs from a kubeconfig context."""
+
     server: str
     ssl_context: ssl.SSLContext
     token: str | None = None
@@ -54,7 +120,12 @@ class KubeConfig:
 
 
 def load_kubeconfig(path: str | Path, context: str | None = None) -> KubeConfig:
-    """Server, TLS material and token of a kubeconfig context (default: current)."""
+    """Server, TLS material and token of a kubeconfig context (default: current).
+
+    Supports embedded (``*-data``) and file certificates (relative to the kubeconfig),
+    ``token`` and ``tokenFile``, and ``insecure-skip-tls-verify``; exec/auth-provider
+    plugins are not supported.
+    """
     path = Path(path)
     raw = yaml.safe_load(path.read_text()) or {}
     name = context or raw.get("current-context")
@@ -92,16 +163,21 @@ def _ssl_context(cluster: Mapping[str, Any], user: Mapping[str, Any], base: Path
     cert = _material(user, "client-certificate", base)
     key = _material(user, "client-key", base)
     if cert and key:
-        with tempfile.TemporaryDirectory(prefix="decice-sched-") as tmp:
-            paths = []
-            for fname, data in (("cert.pem", cert), ("key.pem", key)):
-                target = Path(tmp) / fname
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                paths.append(str(target))
-            sslctx.load_cert_chain(paths[0], paths[1])
+        _load_cert_chain(sslctx, cert, key)
     return sslctx
+
+
+def _load_cert_chain(sslctx: ssl.SSLContext, cert: bytes, key: bytes) -> None:
+    """ssl wants files: write both to a private temporary directory, load, remove."""
+    with tempfile.TemporaryDirectory(prefix="decice-kc-") as tmp:
+        paths = []
+        for fname, data in (("cert.pem", cert), ("key.pem", key)):
+            target = Path(tmp) / fname
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            paths.append(str(target))
+        sslctx.load_cert_chain(paths[0], paths[1])
 
 
 def _named(items: Any, name: Any, kind: str, path: Path) -> dict[str, Any]:
@@ -119,25 +195,55 @@ def _material(user: Mapping[str, Any], key: str, base: Path) -> bytes | None:
     return None
 
 
-def decode(content: bytes) -> Any:
-    if not content:
-        return None
-    if len(content) < BIG_BODY:
-        return json.loads(content)
+# ================================================================== decoding
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector (it triples the cost of decoding large JSON)."""
     was = gc.isenabled()
     gc.disable()
     try:
-        return json.loads(content)
+        yield
     finally:
         if was:
             gc.enable()
 
 
-class Client:
-    """Raw-JSON requests against one API server."""
+def decode(content: bytes) -> Any:
+    """json.loads, with the cyclic GC paused for big bodies; None for an empty body."""
+    if not content:
+        return None
+    if len(content) < BIG_BODY:
+        return json.loads(content)
+    with gc_paused():
+        return json.loads(content)
 
-    def __init__(self, config: KubeConfig, *, timeout: float = 30.0, user_agent: str = "") -> None:
+
+# ================================================================== client
+
+
+class Client:
+    """Raw-JSON requests against one API server (see the module docstring).
+
+    ``transport`` replaces the network for both pools (tests); it turns the HTTP/1.1
+    pool off.
+    """
+
+    def __init__(
+        self,
+        config: KubeConfig,
+        *,
+        timeout: float = 30.0,
+        user_agent: str = "",
+        max_retries: int = 0,
+        max_in_flight: int | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self.config = config
+        self.max_retries = max_retries
+        self._slots = None if max_in_flight is None else asyncio.Semaphore(max_in_flight)
+        self._plain = max_retries == 0 and max_in_flight is None
         headers = {"Accept": JSON, "User-Agent": user_agent or "decice-scheduler"}
         if config.token:
             headers["Authorization"] = f"Bearer {config.token}"
@@ -151,31 +257,68 @@ class Client:
                 headers=headers,
                 timeout=httpx.Timeout(timeout),
                 limits=limits,
+                transport=transport,
             )
 
         self._http = make()
         self._watch_http = make()
         self._fast: Http1Pool | None = None
-        if config.server.startswith("http://") or config.new_ssl_context is not None:
-            fast_ssl = None if config.server.startswith("http://") else config.new_ssl_context
+        plain_http = config.server.startswith("http://")
+        if self._plain and transport is None and (plain_http or config.new_ssl_context):
+            fast_ssl = None if plain_http else config.new_ssl_context
             self._fast = Http1Pool(
                 config.server,
                 None if fast_ssl is None else fast_ssl(),
-                {k: v for k, v in headers.items()},
+                dict(headers),
                 max_connections=32,
                 timeout=timeout,
             )
-        self.requests = 0
+        self.requests = 0  # responses received
+        self.retries = 0  # attempts repeated after a 429/5xx/transport error
+
+    @classmethod
+    def from_kubeconfig(
+        cls,
+        path: str | Path,
+        *,
+        context: str | None = None,
+        timeout: float = 30.0,
+        user_agent: str = "",
+        max_retries: int = 0,
+        max_in_flight: int | None = None,
+    ) -> Client:
+        """A client for a kubeconfig context (default: current); ``async with`` closes it."""
+        return cls(
+            load_kubeconfig(path, context),
+            timeout=timeout,
+            user_agent=user_agent,
+            max_retries=max_retries,
+            max_in_flight=max_in_flight,
+        )
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
 
     async def close(self) -> None:
+        """Close every connection."""
         await self._http.aclose()
         await self._watch_http.aclose()
         if self._fast is not None:
             await self._fast.close()
 
-    async def post(self, path: str, body: Any) -> tuple[int, Any]:
-        """A small JSON POST on the hot path (bindings): the lean HTTP/1.1 pool when the
-        config allows one, else ``request``. Same contract as ``request``."""
+    # ------------------------------------------------------------ requests
+
+    async def post(self, path: str, body: Any) -> Response:
+        """A small JSON POST on the hot path (bindings): the lean HTTP/1.1 pool when there
+        is one, else ``request``. Same contract as ``request`` without ``ok_status``."""
         if self._fast is None:
             return await self.request("POST", path, body=body)
         try:
@@ -183,7 +326,7 @@ class Client:
         except (OSError, ValueError, TimeoutError) as exc:
             raise ApiError("POST", path, 0, repr(exc)) from exc
         self.requests += 1
-        return status, data
+        return Response(status, data)
 
     async def request(
         self,
@@ -191,65 +334,143 @@ class Client:
         path: str,
         *,
         body: Any = None,
-        params: Mapping[str, str | int] | None = None,
+        params: Params | None = None,
         content_type: str = JSON,
-    ) -> tuple[int, Any]:
-        """One request, no retries: (status, decoded body). Transport errors -> ApiError(0)."""
+        ok_status: Collection[int] | None = None,
+    ) -> Response:
+        """One request: (status, decoded body). Transport errors -> ApiError(0).
+
+        ``ok_status`` None returns every status for the caller to inspect; otherwise
+        2xx and the statuses in ``ok_status`` (e.g. 404, 409 for idempotent writes) are
+        returned and anything else raises ApiError (Gone for 410). Retries happen only
+        when the client has ``max_retries``.
+        """
         content = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         headers = {"Content-Type": content_type} if content is not None else None
-        try:
-            resp = await self._http.request(
-                method, path, content=content, params=params, headers=headers
-            )
-        except httpx.HTTPError as exc:
-            raise ApiError(method, path, 0, repr(exc)) from exc
-        self.requests += 1
+        if self._plain:
+            try:
+                resp = await self._http.request(
+                    method, path, content=content, params=params, headers=headers
+                )
+            except httpx.HTTPError as exc:
+                raise ApiError(method, path, 0, repr(exc)) from exc
+            self.requests += 1
+        else:
+            resp = await self._send_retrying(method, path, content, params, headers, ok_status)
+        status = resp.status_code
+        if ok_status is not None and not (200 <= status < 300 or status in ok_status):
+            raise _error(method, path, status, resp.content.decode(errors="replace"))
         try:
             data = decode(resp.content)
         except ValueError:
             data = None
-        return resp.status_code, data
+        return Response(status, data)
 
-    async def get(self, path: str, params: Mapping[str, str | int] | None = None) -> Any:
+    async def _send_retrying(
+        self,
+        method: str,
+        path: str,
+        content: bytes | None,
+        params: Params | None,
+        headers: Mapping[str, str] | None,
+        ok_status: Collection[int] | None,
+    ) -> httpx.Response:
+        """Send, bounded by ``max_in_flight``; repeat 429/5xx/transport errors with
+        jittered backoff up to ``max_retries`` times. Returns the last response."""
+        delay = 0.1
+        attempt = 0
+        while True:
+            retry_after: str | None = None
+            try:
+                if self._slots is None:
+                    resp = await self._http.request(
+                        method, path, content=content, params=params, headers=headers
+                    )
+                else:
+                    async with self._slots:
+                        resp = await self._http.request(
+                            method, path, content=content, params=params, headers=headers
+                        )
+            except httpx.TransportError as exc:
+                if attempt >= self.max_retries:
+                    raise ApiError(method, path, 0, repr(exc)) from exc
+                why = repr(exc)
+            except httpx.HTTPError as exc:
+                raise ApiError(method, path, 0, repr(exc)) from exc
+            else:
+                self.requests += 1
+                status = resp.status_code
+                if (
+                    status not in RETRY_STATUS
+                    or attempt >= self.max_retries
+                    or (ok_status is not None and status in ok_status)
+                ):
+                    return resp
+                why = f"HTTP {status}"
+                retry_after = resp.headers.get("Retry-After")
+            attempt += 1
+            self.retries += 1
+            wait = delay * (0.5 + random.random())
+            if retry_after:
+                with suppress(ValueError):
+                    wait = max(wait, float(retry_after))
+            log.debug("%s %s: %s, retry in %.2f s", method, path, why, wait)
+            await asyncio.sleep(wait)
+            delay = min(delay * 2, 5.0)
+
+    async def get(self, path: str, params: Params | None = None) -> Any:
+        """GET and return the decoded body; 410 -> Gone, any other non-200 -> ApiError."""
         status, body = await self.request("GET", path, params=params)
-        if status == 410:
-            raise Gone(path)
         if status != 200:
-            raise ApiError("GET", path, status, json.dumps(body))
+            raise _error("GET", path, status, json.dumps(body))
         return body
 
-    async def list_all(
-        self, path: str, params: Mapping[str, str | int] | None = None, page: int = 5000
-    ) -> tuple[list[dict[str, Any]], str]:
-        """Every item of a (paginated) LIST and the list's resourceVersion."""
+    async def list_pages(
+        self, path: str, params: Params | None = None, page: int = 5000
+    ) -> AsyncIterator[tuple[list[dict[str, Any]], str]]:
+        """A (paginated) LIST page by page: (items, the list's resourceVersion)."""
         query: dict[str, str | int] = {**(params or {}), "limit": page}
-        items: list[dict[str, Any]] = []
-        rv = ""
         while True:
             body = await self.get(path, query)
             meta = body.get("metadata") or {}
-            items.extend(body.get("items") or [])
-            rv = str(meta.get("resourceVersion", ""))
+            yield body.get("items") or [], str(meta.get("resourceVersion", ""))
             cont = meta.get("continue")
             if not cont:
-                return items, rv
+                return
             query["continue"] = cont
+
+    async def list_all(
+        self, path: str, params: Params | None = None, page: int = 5000
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Every item of a (paginated) LIST and the list's resourceVersion."""
+        items: list[dict[str, Any]] = []
+        rv = ""
+        async for page_items, page_rv in self.list_pages(path, params, page):
+            items.extend(page_items)
+            rv = page_rv
+        return items, rv
+
+    # ------------------------------------------------------------ watches
 
     async def watch(
         self,
         path: str,
         resource_version: str,
+        params: Params | None = None,
         *,
         server_timeout: int = 300,
         read_timeout: float | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
-        """Watch events from ``resource_version`` with bookmarks.
+        """Watch events (``{"type", "object"}``) from ``resource_version`` with bookmarks.
 
-        Ends when the server closes the stream; raises Gone on 410 (as a status or as an
-        ERROR event), ApiError on other failures, httpx errors on transport failures
-        (including the client read timeout).
+        ``params`` adds query parameters (label/field selectors). ``read_timeout``
+        (default ``server_timeout + 30``) ends a silent stream. Ends when the server
+        closes the stream; raises Gone on 410 (as a status or as an ERROR event),
+        ApiError on other failures, httpx errors on transport failures (including the
+        client read timeout). Never retried: the caller re-watches or relists.
         """
         query: dict[str, str | int] = {
+            **(params or {}),
             "watch": "true",
             "resourceVersion": resource_version,
             "allowWatchBookmarks": "true",
@@ -259,11 +480,9 @@ class Client:
             read_timeout = float(server_timeout + 30)
         timeout = httpx.Timeout(30.0, read=read_timeout)
         async with self._watch_http.stream("GET", path, params=query, timeout=timeout) as resp:
-            if resp.status_code == 410:
-                raise Gone(path)
             if resp.status_code != 200:
                 text = (await resp.aread()).decode(errors="replace")
-                raise ApiError("WATCH", path, resp.status_code, text)
+                raise _error("WATCH", path, resp.status_code, text)
             # one JSON event per line; split the bytes ourselves (no text decoding, no
             # per-line str objects: cheaper than aiter_lines on the event hot path)
             pending = b""
@@ -278,9 +497,7 @@ class Client:
                     event = json.loads(line)
                     if event.get("type") == "ERROR":
                         status = event.get("object") or {}
-                        if status.get("code") == 410:
-                            raise Gone(path)
-                        raise ApiError(
+                        raise _error(
                             "WATCH", path, int(status.get("code") or 0), str(status.get("message"))
                         )
                     yield event

@@ -18,10 +18,9 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from decice.sim.agent import register_nodes
+from decice.sim.agent import agent_client, register_nodes
 from decice.sim.binaries import BinarySet
 from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
-from decice.sim.kubeapi import KubeClient, load_kubeconfig
 from decice.spec_model import SimNodeGroup
 from tests.support import require
 
@@ -317,11 +316,8 @@ def test_register_is_idempotent_and_count_reduction_deletes_extra_nodes(
         return [SimNodeGroup.model_validate({"name_prefix": "extra", "count": count})]
 
     async def register(count: int) -> Any:
-        kc = KubeClient(load_kubeconfig(control_plane.kubeconfig))
-        try:
+        async with agent_client(control_plane.kubeconfig) as kc:
             return await register_nodes(kc, groups(count))
-        finally:
-            await kc.close()
 
     first = asyncio.run(register(3))
     assert first.created == ["extra-0", "extra-1", "extra-2"] and not first.deleted

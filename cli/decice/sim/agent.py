@@ -61,16 +61,9 @@ from urllib.parse import quote
 import httpx
 
 from decice.sim import simnodes
-from decice.sim.kubeapi import (
-    MERGE_PATCH,
-    KubeApiError,
-    KubeClient,
-    WatchExpired,
-    gc_paused,
-    load_kubeconfig,
-)
 from decice.sim.simnodes import SimNode
 from decice.spec_model import SimNodeGroup
+from decice_scheduler.client import MERGE_PATCH, ApiError, Client, Gone, gc_paused
 from decice_scheduler.resources import Resources, node_allocatable, pod_request
 
 log = logging.getLogger("decice.sim.agent")
@@ -80,6 +73,19 @@ LEASE_NS = "kube-node-lease"
 LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases"
 BOUND = {"fieldSelector": "spec.nodeName!="}
 GONE = frozenset({404, 409, 422})  # pod deleted, or replaced by another with the same name
+USER_AGENT = "decice-sim-agent"
+MAX_RETRIES = 8
+WATCH_TIMEOUT = 300
+# bookmarks arrive about once a minute; a silent stream longer than this is dead
+WATCH_READ_TIMEOUT = WATCH_TIMEOUT + 60.0
+
+
+def agent_client(kubeconfig: Path, *, max_in_flight: int = 64) -> Client:
+    """The agent's API client: retries 429/5xx/transport errors with backoff and keeps
+    at most ``max_in_flight`` requests in flight."""
+    return Client.from_kubeconfig(
+        kubeconfig, user_agent=USER_AGENT, max_retries=MAX_RETRIES, max_in_flight=max_in_flight
+    )
 
 
 # ================================================================== registration
@@ -105,7 +111,7 @@ def load_groups(path: Path) -> list[SimNodeGroup]:
 
 
 async def register_nodes(
-    client: KubeClient, groups: Sequence[SimNodeGroup], *, now: datetime | None = None
+    client: Client, groups: Sequence[SimNodeGroup], *, now: datetime | None = None
 ) -> RegisterResult:
     """Create the missing Nodes of ``groups``; delete surplus ones of the same prefixes.
 
@@ -152,7 +158,7 @@ async def register_nodes(
     return RegisterResult(created, existing, sorted(surplus))
 
 
-async def lifecycle_active(client: KubeClient) -> bool:
+async def lifecycle_active(client: Client) -> bool:
     """Does admission taint new nodes not-ready (node-lifecycle machinery on)? Dry run."""
     probe = {
         "apiVersion": "v1",
@@ -210,7 +216,7 @@ class NodeAgent:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: Client,
         nodes: Sequence[SimNode],
         *,
         heartbeat: bool = False,
@@ -411,7 +417,7 @@ class NodeAgent:
             try:
                 await fn(*args)
                 self.stats.writes += 1
-            except KubeApiError as exc:
+            except ApiError as exc:
                 self.stats.write_errors += 1
                 log.warning("write failed: %s", exc)
             except Exception:  # a bug must not silently kill a worker
@@ -438,15 +444,22 @@ class NodeAgent:
                 del relist
                 self.ready.set()
                 while True:
-                    async for event in self.client.watch("/api/v1/pods", rv, BOUND):
+                    events = self.client.watch(
+                        "/api/v1/pods",
+                        rv,
+                        BOUND,
+                        server_timeout=WATCH_TIMEOUT,
+                        read_timeout=WATCH_READ_TIMEOUT,
+                    )
+                    async for event in events:
                         obj = event["object"]
                         rv = str(obj["metadata"].get("resourceVersion") or rv)
                         if event["type"] != "BOOKMARK":
                             self.on_pod(event["type"], obj)
                         backoff = 0.5
-            except WatchExpired:
+            except Gone:
                 log.info("pod watch expired (410): relisting")
-            except (KubeApiError, httpx.HTTPError, ValueError) as exc:
+            except (ApiError, httpx.HTTPError, ValueError) as exc:
                 log.warning("pod sync failed (%s); relisting in %.1f s", exc, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
@@ -483,7 +496,7 @@ class NodeAgent:
                     if resp.status == 404:
                         await ensure(name)
                     self.stats.heartbeats += 1
-                except KubeApiError as exc:
+                except ApiError as exc:
                     log.warning("lease renewal of %s failed: %s", name, exc)
 
             await asyncio.gather(*(renew(n) for n in batch))
@@ -639,7 +652,7 @@ async def run_agent(
     stop: asyncio.Event | None = None,
 ) -> None:
     """Register the nodes, then play their kubelets until ``stop`` is set (or cancelled)."""
-    client = KubeClient(load_kubeconfig(kubeconfig), max_in_flight=max_in_flight)
+    client = agent_client(kubeconfig, max_in_flight=max_in_flight)
     try:
         t0 = time.monotonic()
         result = await register_nodes(client, groups)
@@ -735,7 +748,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         asyncio.run(serve())
-    except (KubeApiError, httpx.HTTPError, OSError) as exc:
+    except (ApiError, httpx.HTTPError, OSError) as exc:
         log.error("agent failed: %s", exc)
         return 1
     log.info("agent stopped")
