@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import ssl
 import stat
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -13,6 +16,7 @@ from decice import inventory, spec
 from decice.errors import InputError, RunFailedError
 from decice.kubespray import edge, render, run, source
 from decice.mirror import Mirror
+from decice_scheduler.client import Client, KubeConfig
 
 pytestmark = pytest.mark.unit
 
@@ -313,37 +317,37 @@ def test_edge_exclusion_added_to_every_term_and_idempotent():
 
 
 def test_edge_apply_patches_only_network_daemonsets():
-    class Obj:
-        def __init__(self, **kw):
-            self.__dict__.update(kw)
-
     def ds(name, affinity=None):
-        return Obj(metadata=Obj(name=name), spec=Obj(template=Obj(spec=Obj(affinity=affinity))))
+        pod_spec = {} if affinity is None else {"affinity": affinity}
+        return {"metadata": {"name": name}, "spec": {"template": {"spec": pod_spec}}}
 
     done = edge.exclude_edge(None)
+    patches = []
 
-    class FakeApps:
-        def __init__(self):
-            self.patches = []
+    def api(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            assert request.url.path == "/apis/apps/v1/namespaces/kube-system/daemonsets"
+            items = [
+                ds("kube-proxy"),
+                ds("calico-node"),
+                ds("kube-flannel-ds-arm64"),
+                ds("nodelocaldns", done),
+                ds("csi-driver"),
+            ]
+            return httpx.Response(200, json={"metadata": {"resourceVersion": "7"}, "items": items})
+        assert request.method == "PATCH"
+        assert request.headers["Content-Type"] == "application/json-patch+json"
+        namespace, name = request.url.path.split("/")[-3::2]
+        assert namespace == "kube-system"
+        patches.append((name, json.loads(request.content)))
+        return httpx.Response(200, json={})
 
-        def list_namespaced_daemon_set(self, namespace):
-            assert namespace == "kube-system"
-            return Obj(
-                items=[
-                    ds("kube-proxy"),
-                    ds("calico-node"),
-                    ds("kube-flannel-ds-arm64"),
-                    ds("nodelocaldns", done),
-                    ds("csi-driver"),
-                ]
-            )
+    async def run_edge() -> list[str]:
+        config = KubeConfig("https://kube.test", ssl.create_default_context())
+        async with Client(config, transport=httpx.MockTransport(api)) as kube:
+            return await edge.patch_daemonsets(kube, log=lambda _m: None)
 
-        def patch_namespaced_daemon_set(self, name, namespace, body):
-            self.patches.append((name, body))
-
-    api = FakeApps()
-    patched = edge.apply(Path("unused"), apps_api=api, log=lambda _m: None)
+    patched = asyncio.run(run_edge())
     assert patched == ["kube-proxy", "calico-node", "kube-flannel-ds-arm64"]
-    assert api.patches[0][1] == [
-        {"op": "add", "path": "/spec/template/spec/affinity", "value": done}
-    ]
+    assert [name for name, _ in patches] == patched
+    assert patches[0][1] == [{"op": "add", "path": "/spec/template/spec/affinity", "value": done}]

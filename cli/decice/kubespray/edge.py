@@ -11,13 +11,20 @@ nodeSelectorTerm of each DaemonSet's required node affinity gets
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+if TYPE_CHECKING:
+    from decice_scheduler.client import Client
 
 EDGE_LABEL = "node-role.kubernetes.io/edge"
 NAMESPACE = "kube-system"
+DAEMONSETS = f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets"
+USER_AGENT = "decice"
 EXCLUDE = {"key": EDGE_LABEL, "operator": "DoesNotExist"}
 # DaemonSet names in kube-system: kubeadm's kube-proxy; Kubespray's calico, flannel
 # (kube-flannel on amd64, kube-flannel-ds-<arch> elsewhere), cilium (its helm chart) and
@@ -58,40 +65,38 @@ def patch_for(affinity: dict[str, Any] | None) -> list[dict[str, Any]] | None:
     return [{"op": "add", "path": "/spec/template/spec/affinity", "value": wanted}]
 
 
-def apply(
-    kubeconfig: Path, *, apps_api: Any = None, log: Callable[[str], None] = print
-) -> list[str]:
+def apply(kubeconfig: Path, *, log: Callable[[str], None] = print) -> list[str]:
     """Patch the matching DaemonSets of kube-system; return the names patched."""
-    if apps_api is None:
-        from kubernetes import client, config
+    from decice_scheduler.client import Client  # httpx, yaml: only when needed
 
-        api_client = config.new_client_from_config(config_file=str(kubeconfig))
-        apps_api = client.AppsV1Api(api_client)
-    sanitize = _sanitizer(apps_api)
+    async def run() -> list[str]:
+        async with Client.from_kubeconfig(kubeconfig, user_agent=USER_AGENT, max_retries=3) as kube:
+            return await patch_daemonsets(kube, log=log)
+
+    return asyncio.run(run())
+
+
+async def patch_daemonsets(kube: Client, *, log: Callable[[str], None] = print) -> list[str]:
+    """``apply`` over an open client."""
+    from decice_scheduler.client import JSON_PATCH
+
     patched = []
-    for ds in apps_api.list_namespaced_daemon_set(NAMESPACE).items:
-        name = ds.metadata.name
+    items, _ = await kube.list_all(DAEMONSETS)
+    for ds in items:
+        name = str(ds["metadata"]["name"])
         if not applies_to(name):
             continue
-        current = sanitize(ds.spec.template.spec.affinity)
-        body = patch_for(current)
+        pod_spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+        body = patch_for(pod_spec.get("affinity"))
         if body is None:
             continue
-        apps_api.patch_namespaced_daemon_set(name, NAMESPACE, body)
+        await kube.request(
+            "PATCH",
+            f"{DAEMONSETS}/{quote(name)}",
+            body=body,
+            content_type=JSON_PATCH,
+            ok_status=(),
+        )
         log(f"{NAMESPACE}/{name}: excluded nodes labelled {EDGE_LABEL}")
         patched.append(name)
     return patched
-
-
-def _sanitizer(apps_api: Any) -> Callable[[Any], dict[str, Any] | None]:
-    api_client = getattr(apps_api, "api_client", None)
-
-    def sanitize(obj: Any) -> dict[str, Any] | None:
-        if obj is None or isinstance(obj, dict):
-            return obj
-        if api_client is None:
-            raise TypeError("need a kubernetes ApiClient to serialise the affinity")
-        result: dict[str, Any] = api_client.sanitize_for_serialization(obj)
-        return result
-
-    return sanitize
