@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from decice import records
+from decice import records, targets
 from decice.progress import failure_panel, phase_table
 from decice.records import RunRecord
 from decice.spec import LoadedSpec
@@ -30,17 +30,7 @@ def status(loaded: LoadedSpec) -> dict[str, Any]:
     runs = records.RunStore(state_dir).list()
     baseline_dir = state_dir / "baseline"
     baselines = sorted(p.stem for p in baseline_dir.glob("*.json")) if baseline_dir.is_dir() else []
-    kubeconfig = state_dir / "kubeconfig"
-    target: dict[str, Any] | None = None
-    if loaded.spec.target == "sim":
-        from decice.sim import target as sim_target
-
-        target = sim_target.status(state_dir, loaded.spec.sim.bin_dir)
-    elif loaded.spec.target == "lab":
-        from decice import lab
-
-        info = lab.status(loaded.spec.lab.name, state_dir)
-        target = None if info is None else info.to_dict()
+    kubeconfig = targets.kubeconfig_path(state_dir)
     return {
         "name": loaded.spec.name,
         "target": loaded.spec.target,
@@ -51,7 +41,7 @@ def status(loaded: LoadedSpec) -> dict[str, Any]:
         "runs": len(runs),
         "baselines": baselines,
         "kubeconfig": str(kubeconfig) if kubeconfig.exists() else None,
-        loaded.spec.target: target,
+        loaded.spec.target: targets.get(loaded.spec.target).status(loaded),
     }
 
 
@@ -73,56 +63,8 @@ def render_status(data: dict[str, Any], console: Console) -> None:
     )
     console.print(f"baselines  {', '.join(data['baselines']) or 'none'}")
     console.print(f"kubeconfig {data['kubeconfig'] or 'none'}")
-    sim = data.get("sim")
-    if sim is not None:
-        _render_sim(sim, console)
-    lab = data.get("lab")
-    if data["target"] == "lab":
-        nodes = ", ".join(
-            f"{n['name']} {n['ip']} {n['state']}" for n in (lab or {}).get("nodes", [])
-        )
-        console.print(f"lab        {nodes or 'not created'}")
-
-
-def _render_sim(sim: dict[str, Any], console: Console) -> None:
-    plane = sim["control_plane"]
-    if plane is None:
-        console.print("sim        not running (decice up starts it)")
-        return
-    parts = ", ".join(
-        f"{c['name']} {'ok' if c['alive'] and c['healthy'] else 'DOWN'}"
-        for c in plane["components"]
-    )
-    console.print(f"sim        {plane['server']}: {parts}")
-    nodes = sim["nodes"] or {}
-    if "error" in nodes:
-        console.print(f"nodes      cannot list: {nodes['error']}")
-    else:
-        console.print(
-            "nodes      "
-            + ", ".join(f"{k} {v['ready']}/{v['total']} ready" for k, v in sorted(nodes.items()))
-        )
-    sched = sim.get("scheduler") or {}
-    if sched.get("running"):
-        console.print(
-            f"scheduler  pid {sched.get('pid')}, {sched.get('metrics_url')}, "
-            f"scheduled {sched.get('scheduled', '?')}, drift {sched.get('drift', '?')}, "
-            f"relists {sched.get('relists', '?')}"
-        )
-    else:
-        console.print("scheduler  not running")
-    agent = sim["agent"] or {}
-    state = agent.get("status") or {}
-    pods = state.get("pods") or {}
-    console.print(
-        f"node agent {'running' if agent.get('running') else 'STOPPED'}"
-        + (
-            f": pods running {pods.get('running', 0)}, succeeded {pods.get('succeeded', 0)}, "
-            f"failed {pods.get('failed', 0)}; relists {state.get('relists', 0)}"
-            if state
-            else ""
-        )
-    )
+    target = data["target"]
+    targets.get(target).render_status(data.get(target), console)
 
 
 def render_runs(runs: list[RunRecord], console: Console) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from decice.allocation import Allocation, Machine, lab, pbs, slurm, static
+from decice.allocation import Allocation, Machine
 from decice.errors import InputError
 from decice.spec import LoadedSpec
 from decice.spec_model import AllocationSpec
@@ -25,25 +25,10 @@ _ROLE_GROUP = {
 
 
 def allocate(loaded: LoadedSpec, *, create: bool = False) -> Allocation | None:
-    """The machines of this spec's target; None for targets without real hosts (sim).
+    """The machines of this spec's target (see decice.targets); None without real hosts."""
+    from decice import targets
 
-    ``create``: bring up what the target needs first (the lab's containers); only
-    called under the state dir's lock.
-    """
-    spec, base = loaded.spec, (loaded.source.parent if loaded.source else Path.cwd())
-    if spec.target == "sim":
-        return None
-    if spec.target == "static":
-        return static.from_spec(spec, base)
-    if spec.target == "slurm":
-        return slurm.from_environment()
-    if spec.target == "pbs":
-        return pbs.from_environment()
-    if spec.target == "lab":
-        if create:
-            return lab.ensure(spec.lab, loaded.state_dir)
-        return lab.planned(spec.lab, loaded.state_dir)
-    raise InputError(f"target {spec.target}: unknown")
+    return targets.get(loaded.spec.target).allocate(loaded, create=create)
 
 
 def assign_roles(machines: tuple[Machine, ...], rules: AllocationSpec) -> dict[str, list[str]]:

@@ -1,8 +1,10 @@
 """up / down / reset / verify: lock, record, inventory, phases, summary.
 
 A command's phases run in order. Most are Ansible plays (consecutive ones run
-as one playbook run, selected by tags); a target may do a phase in Python
-instead (the sim target runs its control plane as local processes).
+as one playbook run, selected by tags); the target (decice.targets) may do a
+phase in Python instead: the sim target runs its control plane as local
+processes, targets with hosts run Kubespray for `kubernetes`. With ``--check``
+Ansible runs in check mode and a Python phase only reports what it would do.
 """
 
 from __future__ import annotations
@@ -11,71 +13,39 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from decice import inventory, paths, phases, records, versions
+from decice import inventory, paths, phases, records, targets, versions
 from decice.errors import DeciceError
 from decice.progress import View
 from decice.records import PhaseRecord, RunRecord, RunStore
 from decice.runner import PlaybookRun, run_playbook
 from decice.spec import LoadedSpec
+from decice.targets import Phase, PhaseContext, RunOptions, Target, kubeconfig_path
 from decice.tracking import PhaseTracker, conclude
 
+__all__ = ["PhaseContext", "RunOptions", "execute", "prepare"]
+
 SAVE_EVERY_S = 2.0
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    only: list[str] = field(default_factory=list)
-    skip: list[str] = field(default_factory=list)
-    check: bool = False
-    verbose: int = 0
-
-
-@dataclass
-class PhaseContext:
-    """What a Python-driven phase gets: the spec, the record, a way to report progress."""
-
-    loaded: LoadedSpec
-    record: RunRecord
-    options: RunOptions
-    progress: Callable[[str], None]
-
-
-PythonPhase = Callable[[PhaseContext], str]
-
-
-def python_phases(target: str, command: str) -> dict[str, PythonPhase]:
-    """Phases that ``target`` does in Python for ``command`` (phase -> function)."""
-    if target == "sim":
-        from decice.sim.target import PHASES
-
-        return PHASES.get(command, {})
-    from decice.kubespray.phases import PHASES as KUBESPRAY
-
-    return KUBESPRAY.get(command, {})
 
 
 def playbook_for(command: str) -> Path:
     return paths.collection_dir() / "playbooks" / f"{command}.yml"
 
 
-def kubeconfig_path(state_dir: Path) -> Path:
-    """Where the cluster's admin kubeconfig is kept (0600)."""
-    return state_dir / "kubeconfig"
-
-
-def prepare(command: str, loaded: LoadedSpec, options: RunOptions) -> tuple[list[str], dict]:
+def prepare(
+    command: str, loaded: LoadedSpec, options: RunOptions
+) -> tuple[Target, list[str], dict[str, Any]]:
     """Everything that can fail on bad input, done before anything is touched."""
+    target = targets.get(loaded.spec.target)
     selected = phases.select(command, options.only, options.skip)
-    inv = inventory.build(loaded, inventory.allocate(loaded))
-    return selected, inv
+    inv = inventory.build(loaded, target.allocate(loaded))
+    return target, selected, inv
 
 
-def segments(selected: list[str], in_python: dict[str, Any]) -> list[list[str]]:
+def segments(selected: list[str], in_python: Mapping[str, Any]) -> list[list[str]]:
     """Group phases: each Python phase alone, consecutive Ansible phases together."""
     out: list[list[str]] = []
     for name in selected:
@@ -98,9 +68,11 @@ class _Run:
         store: RunStore,
         record: RunRecord,
         inventory_path: Path,
+        inv: dict[str, Any],
     ) -> None:
         self.command, self.loaded, self.options, self.view = command, loaded, options, view
         self.store, self.record, self.inventory_path = store, record, inventory_path
+        self.inventory = inv
         self._last_save = 0.0
 
     def _tick(self, event: Any = None, task: str = "") -> None:
@@ -131,14 +103,19 @@ class _Run:
             self._tick(event, tracker.current_task)
         return not tracker.failed
 
-    def python(self, name: str, work: PythonPhase) -> bool:
+    def python(self, name: str, phase_def: Phase) -> bool:
         phase = self.record.phase(name)
         phase.status, phase.started = "running", records.now()
         t0 = time.monotonic()
         self._tick(task=name)
         context = PhaseContext(
-            self.loaded, self.record, self.options, lambda text: self._tick(task=text)
+            self.loaded,
+            self.record,
+            self.options,
+            lambda text: self._tick(task=text),
+            self.inventory,
         )
+        work = phase_def.preview if self.options.check else phase_def.run
         try:
             phase.note = work(context)
             phase.status = "ok"
@@ -164,8 +141,8 @@ class _Run:
 
 def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -> RunRecord:
     """Run ``command`` for ``loaded`` and return its (saved) run record."""
-    selected, inv = prepare(command, loaded, options)
-    in_python = python_phases(loaded.spec.target, command)
+    target, selected, inv = prepare(command, loaded, options)
+    in_python: Mapping[str, Phase] = target.phases(command)
     state_dir = loaded.state_dir
     with records.locked(state_dir, command) as lock:
         store = RunStore(state_dir)
@@ -187,11 +164,13 @@ def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -
         started = time.monotonic()
         view.start(record)
         try:
-            if loaded.spec.target == "lab" and command == "up":
-                view.update(None, record, "creating the lab")
-                inv = inventory.build(loaded, inventory.allocate(loaded, create=True))
+            if target.creates_hosts and command == "up" and not options.check:
+                view.update(None, record, f"creating the {target.name} hosts")
+                inv = inventory.build(loaded, target.allocate(loaded, create=True))
             record.inventory_sha256 = inventory.write(inv, run_dir / "inventory.yml")
-            run = _Run(command, loaded, options, view, store, record, run_dir / "inventory.yml")
+            run = _Run(
+                command, loaded, options, view, store, record, run_dir / "inventory.yml", inv
+            )
             for names in segments(selected, in_python):
                 ok = (
                     run.python(names[0], in_python[names[0]])

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from decice import inventory, phases, versions
+from decice import inventory, phases, targets, versions
 from decice.spec import LoadedSpec
 
 # versions-file component -> spec add-on switch (None: always part of the stack)
@@ -24,8 +23,9 @@ _SWITCH = {
 
 def build(loaded: LoadedSpec, *, only: list[str], skip: list[str]) -> dict[str, Any]:
     spec = loaded.spec
+    target = targets.get(spec.target)
     selected = phases.select("up", only, skip)
-    allocation = inventory.allocate(loaded)
+    allocation = target.allocate(loaded)
     inv = inventory.build(loaded, allocation)
     hosts = {
         host: groups for host, groups in inventory.host_roles(inv).items() if host != "localhost"
@@ -38,24 +38,15 @@ def build(loaded: LoadedSpec, *, only: list[str], skip: list[str]) -> dict[str, 
             continue
         switch = _SWITCH.get(name)
         enabled = True if switch is None else getattr(spec.addons, switch).enabled
-        if name in {"kubespray", "kubernetes"} and spec.target == "sim":
+        if name in {"kubespray", "kubernetes"} and not target.uses_kubespray:
             enabled = False
         components.append({"name": name, "version": version, "enabled": enabled})
     if spec.scheduler.enabled:
         from decice import __version__
 
         components.append({"name": "decice-scheduler", "version": __version__, "enabled": True})
-    binaries = None
-    if spec.target == "sim":
-        from decice.sim.binaries import describe_binaries
-
-        bin_dir = Path(spec.sim.bin_dir).expanduser() if spec.sim.bin_dir else None
-        binaries = describe_binaries(bin_dir).to_dict()
-    kubespray = None
-    if spec.target != "sim":
-        from decice.kubespray import describe
-
-        kubespray = describe(loaded, inv)
+    details: dict[str, Any] = {"sim_binaries": None, "kubespray": None}
+    details.update(target.plan(loaded, inv))
     return {
         "name": spec.name,
         "target": spec.target,
@@ -79,8 +70,7 @@ def build(loaded: LoadedSpec, *, only: list[str], skip: list[str]) -> dict[str, 
         ],
         "phases": [{"name": p, "selected": p in selected} for p in phases.PHASES["up"]],
         "components": components,
-        "sim_binaries": binaries,
-        "kubespray": kubespray,
+        **details,
     }
 
 

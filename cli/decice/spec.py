@@ -263,17 +263,12 @@ def _syntax_fix(message: str) -> str:
 
 def _semantic(label: str, doc: yamlpos.PositionedYaml, spec: Spec) -> list[SpecIssue]:
     """Rules across fields: target needs, dependencies, untested version combinations."""
-    issues: list[SpecIssue] = []
-    if spec.target == "static" and not spec.hosts and not spec.allocation.hosts_file:
-        issues.append(
-            _issue(
-                label,
-                doc,
-                ("target",),
-                "target static needs hosts",
-                "add a 'hosts:' list or set 'allocation.hosts_file'",
-            )
-        )
+    from decice import targets
+
+    issues: list[SpecIssue] = [
+        _issue(label, doc, path, problem, fix)
+        for path, problem, fix in targets.get(spec.target).spec_problems(spec)
+    ]
     names = [host.name for host in spec.hosts]
     for index, name in enumerate(names):
         if name in names[:index]:

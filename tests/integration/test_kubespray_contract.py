@@ -24,7 +24,7 @@ import yaml
 
 from decice import inventory, spec
 from decice.kubespray import phases, run, source, venv
-from decice.lifecycle import PhaseContext, RunOptions
+from decice.targets import PhaseContext, RunOptions
 from decice.records import RunRecord
 from tests.unit.test_kubespray_source import COMMIT, STANDIN, make_archive
 
@@ -76,7 +76,8 @@ def cache(workspace) -> Path:
 def _context(workspace: Path, run_id: str) -> PhaseContext:
     loaded = spec.load(workspace / "decice.yaml")
     run_dir = workspace / ".decice" / "runs" / run_id
-    inventory.write(inventory.build(loaded, inventory.allocate(loaded)), run_dir / "inventory.yml")
+    inv = inventory.build(loaded, inventory.allocate(loaded))
+    inventory.write(inv, run_dir / "inventory.yml")
     record = RunRecord(
         id=run_id,
         command="up",
@@ -88,7 +89,7 @@ def _context(workspace: Path, run_id: str) -> PhaseContext:
         target="static",
         artifacts=str(run_dir),
     )
-    return PhaseContext(loaded, record, RunOptions(), lambda _text: None)
+    return PhaseContext(loaded, record, RunOptions(), lambda _text: None, inv)
 
 
 def _command(run_dir: Path, ident: str) -> dict:

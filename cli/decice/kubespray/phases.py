@@ -4,36 +4,21 @@ up.kubernetes     prepare (source, env, inventory) -> cluster.yml -> admin kubec
                   (0600, server = the first control plane as decice reaches it) ->
                   keep kube-proxy/CNI/nodelocaldns off edge nodes when KubeEdge is on.
 reset.kubernetes  prepare -> reset.yml (confirmed, HPC-safe vars) -> remove the kubeconfig.
+
+With ``--check`` each phase only says what it would run (see ``describe``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from decice.errors import RunFailedError
 from decice.kubespray import edge, run
-
-if TYPE_CHECKING:
-    from decice.lifecycle import PhaseContext
-
-INVENTORY_NAME = "inventory.yml"  # written by lifecycle.execute into the run dir
-
-
-def _inventory(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / INVENTORY_NAME
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    if not isinstance(data, dict) or "all" not in data:
-        raise RunFailedError(f"{path}: not a decice inventory")
-    return data
+from decice.targets.base import Phase, PhaseContext, kubeconfig_path
 
 
 def _prepare(ctx: PhaseContext) -> run.Prepared:
-    run_dir = Path(ctx.record.artifacts)
-    prepared = run.prepare(ctx.loaded, _inventory(run_dir), run_dir, progress=ctx.progress)
+    prepared = run.prepare(ctx.loaded, ctx.inventory, ctx.run_dir, progress=ctx.progress)
     ctx.record.notes.append(prepared.source.describe())
     ctx.record.notes.append(
         f"kubespray env {prepared.env.path}: ansible-core {prepared.env.ansible_core} "
@@ -44,15 +29,24 @@ def _prepare(ctx: PhaseContext) -> run.Prepared:
 
 def up_kubernetes(ctx: PhaseContext) -> str:
     prepared = _prepare(ctx)
-    kubeconfig = ctx.loaded.state_dir.resolve() / "kubeconfig"
-    done = run.deploy(prepared, kubeconfig, progress=ctx.progress)
+    done = run.deploy(prepared, ctx.kubeconfig, progress=ctx.progress)
     ctx.record.versions.update(done.record_versions())
     note = f"kubespray {done.tag}, kubernetes {done.kube_version}, API {done.server}"
     if ctx.loaded.spec.addons.kubeedge.enabled:
         log: Callable[[str], None] = ctx.progress
-        patched = edge.apply(kubeconfig, log=log)
+        patched = edge.apply(ctx.kubeconfig, log=log)
         note += f"; edge exclusion on {', '.join(patched) or 'no DaemonSet (already set)'}"
     return note
+
+
+def _would_run(ctx: PhaseContext, playbook: str) -> str:
+    plan = run.describe(ctx.loaded, ctx.inventory)
+    argv = " ".join(str(a) for a in plan["commands"][playbook]["argv"])
+    return f"check mode, nothing done: would run kubespray {plan['tag']} {playbook}: {argv}"
+
+
+def preview_up_kubernetes(ctx: PhaseContext) -> str:
+    return _would_run(ctx, "cluster.yml")
 
 
 def _ever_deployed(state_dir: Path) -> bool:
@@ -65,19 +59,27 @@ def _ever_deployed(state_dir: Path) -> bool:
         for phase in record.phases:
             if phase.name == "kubernetes" and phase.status not in {"pending", "not run", "skipped"}:
                 return True
-    return (state_dir / "kubeconfig").exists()
+    return kubeconfig_path(state_dir).exists()
+
+
+NOTHING_TO_RESET = "no earlier `up` ran Kubespray from this state dir: nothing to reset"
 
 
 def reset_kubernetes(ctx: PhaseContext) -> str:
     if not _ever_deployed(ctx.loaded.state_dir):
-        return "no earlier `up` ran Kubespray from this state dir: nothing to reset"
+        return NOTHING_TO_RESET
     prepared = _prepare(ctx)
-    kubeconfig = ctx.loaded.state_dir.resolve() / "kubeconfig"
-    run.reset(prepared, kubeconfig, progress=ctx.progress)
+    run.reset(prepared, ctx.kubeconfig, progress=ctx.progress)
     return f"kubespray {prepared.source.tag} reset.yml (flush_iptables/reset_restart_network off)"
 
 
-PHASES: dict[str, dict[str, Callable[[PhaseContext], str]]] = {
-    "up": {"kubernetes": up_kubernetes},
-    "reset": {"kubernetes": reset_kubernetes},
+def preview_reset_kubernetes(ctx: PhaseContext) -> str:
+    if not _ever_deployed(ctx.loaded.state_dir):
+        return f"check mode, nothing done: {NOTHING_TO_RESET}"
+    return _would_run(ctx, "reset.yml")
+
+
+PHASES: dict[str, dict[str, Phase]] = {
+    "up": {"kubernetes": Phase(up_kubernetes, preview_up_kubernetes)},
+    "reset": {"kubernetes": Phase(reset_kubernetes, preview_reset_kubernetes)},
 }

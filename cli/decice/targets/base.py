@@ -1,0 +1,113 @@
+"""The Target interface: what differs between sim, lab, slurm, pbs and static.
+
+A target says where the hosts come from (:meth:`Target.allocate`), which phases it
+does in Python rather than through the collection's playbooks (:meth:`Target.phases`),
+and what `plan` and `status` show for it. The lifecycle, `plan`, `status` and the
+inventory ask the target; none of them tests a target's name.
+
+A Python-driven phase gets a :class:`PhaseContext`: the spec, the run record, the
+inventory of this run, the kubeconfig path and a progress callback. With ``--check``
+the lifecycle calls the phase's ``preview`` instead of its ``run``: it reports what
+the phase would do and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from decice.allocation import Allocation
+    from decice.records import RunRecord
+    from decice.spec import LoadedSpec
+    from decice.spec_model import Spec
+
+KUBECONFIG_NAME = "kubeconfig"
+
+
+def kubeconfig_path(state_dir: Path) -> Path:
+    """Where the cluster's admin kubeconfig is kept (0600), for every target."""
+    return state_dir.resolve() / KUBECONFIG_NAME
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a lifecycle command was asked to run."""
+
+    only: list[str] = field(default_factory=list)
+    skip: list[str] = field(default_factory=list)
+    check: bool = False
+    verbose: int = 0
+
+
+@dataclass
+class PhaseContext:
+    """What a Python-driven phase gets."""
+
+    loaded: LoadedSpec
+    record: RunRecord
+    options: RunOptions
+    progress: Callable[[str], None]
+    inventory: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.loaded.state_dir.resolve()
+
+    @property
+    def kubeconfig(self) -> Path:
+        return kubeconfig_path(self.loaded.state_dir)
+
+    @property
+    def run_dir(self) -> Path:
+        """This run's directory (record, inventory, artifacts)."""
+        return Path(self.record.artifacts)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A phase done in Python: ``run`` does it; ``preview`` says what it would do."""
+
+    run: Callable[[PhaseContext], str]
+    preview: Callable[[PhaseContext], str]
+
+
+# (path in the spec, what is wrong, how to fix it)
+SpecProblem = tuple[tuple[str | int, ...], str, str]
+
+
+class Target:
+    """Base class of the five targets; subclasses override what differs."""
+
+    name: ClassVar[str]
+    #: the `kubernetes` phase runs Kubespray on the allocated hosts
+    uses_kubespray: ClassVar[bool] = False
+    #: `up` creates the hosts first (under the lock), e.g. the lab's containers
+    creates_hosts: ClassVar[bool] = False
+
+    def allocate(self, loaded: LoadedSpec, *, create: bool = False) -> Allocation | None:
+        """The machines of this target; None when it has no real hosts."""
+        raise NotImplementedError
+
+    def phases(self, command: str) -> Mapping[str, Phase]:
+        """Phases of ``command`` done in Python (phase name -> Phase); others are Ansible."""
+        return {}
+
+    def spec_problems(self, spec: Spec) -> list[SpecProblem]:
+        """What this target needs of the spec beyond the schema."""
+        return []
+
+    def plan(self, loaded: LoadedSpec, inventory: dict[str, Any]) -> dict[str, Any]:
+        """Target-specific sections of `decice plan` (``sim_binaries``, ``kubespray``)."""
+        return {}
+
+    def status(self, loaded: LoadedSpec) -> dict[str, Any] | None:
+        """This target's section of `decice status` (None: nothing to show)."""
+        return None
+
+    def render_status(self, data: dict[str, Any] | None, console: Console) -> None:
+        """Print :meth:`status`'s section."""

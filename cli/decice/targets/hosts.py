@@ -1,0 +1,107 @@
+"""Targets with real hosts: static lists, SLURM and PBS jobs, local lab containers.
+
+They differ only in where the machines come from. Host work is the collection's
+playbooks; the `kubernetes` phase of `up`/`reset` is Kubespray (decice.kubespray.phases).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from decice.targets.base import Phase, SpecProblem, Target
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from decice.allocation import Allocation
+    from decice.spec import LoadedSpec
+    from decice.spec_model import Spec
+
+
+class KubesprayHosts(Target):
+    """Real hosts: Kubespray runs the `kubernetes` phase, the playbooks the rest."""
+
+    uses_kubespray = True
+
+    def phases(self, command: str) -> Mapping[str, Phase]:
+        from decice.kubespray import phases
+
+        return phases.PHASES.get(command, {})
+
+    def plan(self, loaded: LoadedSpec, inventory: dict[str, Any]) -> dict[str, Any]:
+        from decice.kubespray import describe
+
+        return {"kubespray": describe(loaded, inventory)}
+
+
+class Static(KubesprayHosts):
+    """``hosts:`` in the spec and/or ``allocation.hosts_file``."""
+
+    name = "static"
+
+    def allocate(self, loaded: LoadedSpec, *, create: bool = False) -> Allocation:
+        from decice.allocation import static
+
+        base = loaded.source.parent if loaded.source else Path.cwd()
+        return static.from_spec(loaded.spec, base)
+
+    def spec_problems(self, spec: Spec) -> list[SpecProblem]:
+        if spec.hosts or spec.allocation.hosts_file:
+            return []
+        return [
+            (
+                ("target",),
+                "target static needs hosts",
+                "add a 'hosts:' list or set 'allocation.hosts_file'",
+            )
+        ]
+
+
+class Slurm(KubesprayHosts):
+    """The nodes of the SLURM job decice runs in (``SLURM_JOB_NODELIST``)."""
+
+    name = "slurm"
+
+    def allocate(self, loaded: LoadedSpec, *, create: bool = False) -> Allocation:
+        from decice.allocation import slurm
+
+        return slurm.from_environment()
+
+
+class Pbs(KubesprayHosts):
+    """The nodes of the PBS job decice runs in (``PBS_NODEFILE``)."""
+
+    name = "pbs"
+
+    def allocate(self, loaded: LoadedSpec, *, create: bool = False) -> Allocation:
+        from decice.allocation import pbs
+
+        return pbs.from_environment()
+
+
+class Lab(KubesprayHosts):
+    """Local podman systemd containers as nodes; `up` creates them."""
+
+    name = "lab"
+    creates_hosts = True
+
+    def allocate(self, loaded: LoadedSpec, *, create: bool = False) -> Allocation:
+        from decice.allocation import lab
+
+        if create:
+            return lab.ensure(loaded.spec.lab, loaded.state_dir)
+        return lab.planned(loaded.spec.lab, loaded.state_dir)
+
+    def status(self, loaded: LoadedSpec) -> dict[str, Any] | None:
+        from decice import lab
+
+        info = lab.status(loaded.spec.lab.name, loaded.state_dir)
+        return None if info is None else info.to_dict()
+
+    def render_status(self, data: dict[str, Any] | None, console: Console) -> None:
+        nodes = ", ".join(
+            f"{n['name']} {n['ip']} {n['state']}" for n in (data or {}).get("nodes", [])
+        )
+        console.print(f"lab        {nodes or 'not created'}")
