@@ -1,19 +1,32 @@
-"""Detached processes recorded by pid, with a guard against pid reuse."""
+"""Detached processes recorded by pid, with a guard against pid reuse.
+
+:class:`ManagedProcess` builds on :func:`spawn`, :func:`is_alive` and :func:`terminate`:
+one long-running process of ours per directory, recorded in ``process.json`` with the
+sha256 of the settings it was started with (same settings: kept; others: restarted).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import signal
 import subprocess
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+from decice.errors import RunFailedError
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+RECORD_FILE = "process.json"
 
 # Popen objects of children started by this process: polled to reap them (no zombies,
 # no "subprocess still running" warnings).
@@ -116,6 +129,151 @@ def tail(path: Path | str, lines: int = 40) -> str:
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
+
+
+def write_private(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` atomically (a 0600 temp file renamed over it)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def settings_digest(settings: Mapping[str, Any]) -> str:
+    """sha256 of ``settings`` as sorted-key JSON: equal digests mean "keep the process"."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start the process once: its argv and more fields for its record."""
+
+    argv: list[str]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Running(Generic[T]):
+    """A ready process: its record file's content, what the probe returned, kept or new."""
+
+    record: ProcessRecord
+    data: dict[str, Any]
+    ready: T
+    reused: bool
+
+
+@dataclass(frozen=True)
+class ManagedProcess(Generic[T]):
+    """One long-running process of ours, recorded in ``<directory>/process.json``.
+
+    The record holds the process (:class:`ProcessRecord`), the settings it was started
+    with and their sha256, and what :class:`Launch` adds (an URL, say). ``probe`` gets
+    the record's content and returns something true once the process is ready.
+    """
+
+    directory: Path
+    name: str  # of its record
+    what: str  # in errors: "the sim node agent"
+    log_name: str
+    probe: Callable[[Mapping[str, Any]], T | None]
+    ready_timeout: float
+    ready_hint: Callable[[Mapping[str, Any]], str] = field(default=lambda _data: "")
+
+    @property
+    def record_path(self) -> Path:
+        return self.directory / RECORD_FILE
+
+    def load(self) -> dict[str, Any] | None:
+        """The record file's content (None when absent or unreadable)."""
+        try:
+            data = json.loads(self.record_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) and "process" in data else None
+
+    def save(self, data: Mapping[str, Any]) -> None:
+        write_private(self.record_path, json.dumps(data))
+
+    def record(self) -> ProcessRecord | None:
+        data = self.load()
+        return None if data is None else ProcessRecord.from_json(data["process"])
+
+    def running(self) -> bool:
+        record = self.record()
+        return record is not None and is_alive(record)
+
+    def stop(self) -> bool:
+        """Stop the process by its recorded pid, forget it; True when it was running."""
+        record = self.record()
+        if record is None:
+            return False
+        stopped = terminate(record)
+        self.record_path.unlink(missing_ok=True)
+        return stopped
+
+    def ensure(
+        self,
+        settings: Mapping[str, Any],
+        launch: Callable[[], Launch],
+        *,
+        attempts: int = 1,
+        retry_when: str = "",
+    ) -> Running[T]:
+        """Keep the recorded process when it runs with ``settings``, else (re)start it.
+
+        A start that is not ready is tried again (up to ``attempts``) only when its log
+        ends with ``retry_when``; ``launch`` runs once per start.
+        """
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        digest = settings_digest(settings)
+        current = self.load()
+        if current is not None:
+            record = ProcessRecord.from_json(current["process"])
+            if is_alive(record) and current.get("settings_sha256") == digest:
+                return Running(record, current, self.wait_ready(record, current), reused=True)
+            terminate(record)
+            self.record_path.unlink(missing_ok=True)
+        for attempt in range(1, attempts + 1):
+            plan = launch()
+            record = spawn(self.name, plan.argv, self.directory / self.log_name, cwd=self.directory)
+            data = {
+                "process": record.to_json(),
+                "settings_sha256": digest,
+                "settings": dict(settings),
+                **plan.extra,
+            }
+            self.save(data)
+            try:
+                return Running(record, data, self.wait_ready(record, data), reused=False)
+            except RunFailedError:
+                if attempt < attempts and retry_when and retry_when in tail(record.log):
+                    terminate(record)
+                    continue
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def wait_ready(self, record: ProcessRecord, data: Mapping[str, Any]) -> T:
+        """What ``probe`` returns once true; RunFailedError when the process ends first
+        or is not ready within ``ready_timeout``."""
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            value = self.probe(data)
+            if value:
+                return value
+            if not is_alive(record):
+                raise RunFailedError(
+                    f"{self.what} exited while starting; its log ends with:\n"
+                    + tail(record.log, 20)
+                )
+            time.sleep(0.2)
+        raise RunFailedError(
+            f"{self.what} was not ready after {self.ready_timeout:.0f} s"
+            f"{self.ready_hint(data)}; log: {record.log}"
+        )
 
 
 def _wait_gone(rec: ProcessRecord, timeout: float) -> bool:

@@ -5,9 +5,11 @@ guard of :mod:`decice.sim.procs` can check the executable) detached, with its me
 server on a free loopback port, waits for ``/readyz``, then proves placement with a
 smoke pod (``schedulerName`` = the spec's scheduler name, small requests,
 ``decice.io/sim-duration: 1s``): bound, ``Succeeded`` (the node agent plays the
-kubelet), deleted. A running scheduler whose settings are unchanged is kept; other
-settings restart it. ``stop`` ends it by its recorded pid; ``status`` reads its
-process record and scrapes ``/metrics``.
+kubelet), deleted. Readiness and the smoke pod are those of the Ansible role
+``decice.hybrid.scheduler`` (its ``files/verify.yaml``). A running scheduler whose
+settings are unchanged is kept; other settings restart it
+(:class:`decice.sim.procs.ManagedProcess`). ``stop`` ends it by its recorded pid;
+``status`` reads its process record and scrapes ``/metrics``.
 
 Files under ``<state>/sim/scheduler/``: ``process.json`` (the process record, the
 sha256 of its settings, the metrics URL), ``scheduler.log``, ``profile.yaml`` (only
@@ -16,49 +18,51 @@ when the spec has a ``scheduler.config``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import hashlib
+import copy
 import json
 import socket
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
+from decice import paths
 from decice.errors import RunFailedError
 from decice.sim import procs
 from decice.spec_model import SchedulerSpec
+from decice_scheduler.client import ApiError, Client, load_kubeconfig
+
+T = TypeVar("T")
 
 SCHEDULER_DIR = "scheduler"
-READY_TIMEOUT_S = 120.0
-SMOKE_TIMEOUT_S = 90.0
-SMOKE_POD = "decice-scheduler-smoke"
-SMOKE_NAMESPACE = "default"
 PORT_ATTEMPTS = 3
+VERIFY_FILE = ("roles", "scheduler", "files", "verify.yaml")
+
+
+def verify_description() -> dict[str, Any]:
+    """How a deployed decice-scheduler is proven to work, shared with the Ansible role
+    ``decice.hybrid.scheduler``: readiness path and timeout, the smoke pod and its timeout."""
+    data = yaml.safe_load(paths.collection_dir().joinpath(*VERIFY_FILE).read_text())
+    return dict(data)
+
+
+_VERIFY = verify_description()
+READY_PATH: str = _VERIFY["ready_path"]
+READY_TIMEOUT_S = float(_VERIFY["ready_timeout"])
+SMOKE_TIMEOUT_S = float(_VERIFY["smoke_timeout"])
+SMOKE_POD: str = _VERIFY["smoke_pod"]["metadata"]["name"]
+SMOKE_NAMESPACE: str = _VERIFY["smoke_pod"]["metadata"]["namespace"]
 
 
 def scheduler_dir(state_dir: Path) -> Path:
     return state_dir / "sim" / SCHEDULER_DIR
-
-
-def _record_path(state_dir: Path) -> Path:
-    return scheduler_dir(state_dir) / "process.json"
-
-
-def _load(state_dir: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(_record_path(state_dir).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and "process" in data else None
-
-
-def _process(data: dict[str, Any]) -> procs.ProcessRecord:
-    return procs.ProcessRecord.from_json(data["process"])
 
 
 def settings_of(kubeconfig: Path, spec: SchedulerSpec) -> dict[str, Any]:
@@ -73,15 +77,36 @@ def settings_of(kubeconfig: Path, spec: SchedulerSpec) -> dict[str, Any]:
     }
 
 
-def _digest(settings: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
-
-
 def free_port() -> int:
     """A currently free TCP port on 127.0.0.1."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def scheduler_argv(
+    kubeconfig: Path,
+    port: int,
+    *,
+    name: str | None = None,
+    qps: float | None = None,
+    burst: int | None = None,
+    config: Path | None = None,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """decice-scheduler's command line (this interpreter), its metrics server on
+    127.0.0.1:``port``; flags left None keep the scheduler's defaults."""
+    argv = [sys.executable, "-m", "decice_scheduler", "--kubeconfig", str(kubeconfig)]
+    if name is not None:
+        argv += ["--scheduler-name", name]
+    if qps is not None:
+        argv += ["--qps", str(qps)]
+    if burst is not None:
+        argv += ["--burst", str(burst)]
+    argv += ["--metrics-host", "127.0.0.1", "--metrics-port", str(port)]
+    if config is not None:
+        argv += ["--config", str(config)]
+    return [*argv, *extra]
 
 
 def _get(url: str, timeout: float = 2.0) -> tuple[int, str]:
@@ -94,9 +119,24 @@ def _get(url: str, timeout: float = 2.0) -> tuple[int, str]:
         return 0, ""
 
 
+def _ready(data: Mapping[str, Any]) -> bool:
+    return _get(str(data["metrics_url"]) + READY_PATH)[0] == 200
+
+
+def _process(state_dir: Path) -> procs.ManagedProcess[bool]:
+    return procs.ManagedProcess(
+        scheduler_dir(state_dir),
+        name="decice-scheduler",
+        what="decice-scheduler",
+        log_name="scheduler.log",
+        probe=_ready,
+        ready_timeout=READY_TIMEOUT_S,
+        ready_hint=lambda data: f" ({data['metrics_url']}{READY_PATH})",
+    )
+
+
 def running(state_dir: Path) -> bool:
-    data = _load(state_dir)
-    return data is not None and procs.is_alive(_process(data))
+    return _process(state_dir).running()
 
 
 def ensure(state_dir: Path, kubeconfig: Path, spec: SchedulerSpec) -> dict[str, Any]:
@@ -108,189 +148,82 @@ def ensure(state_dir: Path, kubeconfig: Path, spec: SchedulerSpec) -> dict[str, 
     if not spec.enabled:
         return {"disabled": True, "stopped": stop(state_dir)}
     directory = scheduler_dir(state_dir)
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    settings = settings_of(kubeconfig, spec)
-    digest = _digest(settings)
-    current = _load(state_dir)
-    reused = False
-    if current is not None:
-        record = _process(current)
-        if procs.is_alive(record) and current.get("settings_sha256") == digest:
-            url = str(current["metrics_url"])
-            _wait_ready(record, url)
-            reused = True
-        else:
-            procs.terminate(record)
-            _record_path(state_dir).unlink(missing_ok=True)
-    if not reused:
-        record, url = _start(directory, kubeconfig, spec, settings, digest)
-    node = smoke(kubeconfig, spec.name)
-    return {"pid": record.pid, "metrics_url": url, "reused": reused, "smoke_node": node}
 
-
-def _argv(kubeconfig: Path, spec: SchedulerSpec, port: int, profile: Path | None) -> list[str]:
-    argv = [
-        sys.executable,
-        "-m",
-        "decice_scheduler",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--scheduler-name",
-        spec.name,
-        "--qps",
-        str(spec.qps),
-        "--burst",
-        str(spec.burst),
-        "--metrics-host",
-        "127.0.0.1",
-        "--metrics-port",
-        str(port),
-    ]
-    if profile is not None:
-        argv += ["--config", str(profile)]
-    return argv
-
-
-def _start(
-    directory: Path,
-    kubeconfig: Path,
-    spec: SchedulerSpec,
-    settings: dict[str, Any],
-    digest: str,
-) -> tuple[procs.ProcessRecord, str]:
-    profile: Path | None = None
-    if spec.config:
-        profile = directory / "profile.yaml"
-        profile.write_text(yaml.safe_dump(spec.config, sort_keys=False), encoding="utf-8")
-    for attempt in range(1, PORT_ATTEMPTS + 1):
+    def launch() -> procs.Launch:
+        profile: Path | None = None
+        if spec.config:
+            profile = directory / "profile.yaml"
+            profile.write_text(yaml.safe_dump(spec.config, sort_keys=False), encoding="utf-8")
         port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        record = procs.spawn(
-            "decice-scheduler",
-            _argv(kubeconfig, spec, port, profile),
-            directory / "scheduler.log",
-            cwd=directory,
+        argv = scheduler_argv(
+            kubeconfig, port, name=spec.name, qps=spec.qps, burst=spec.burst, config=profile
         )
-        (directory / "process.json").write_text(
-            json.dumps(
-                {
-                    "process": record.to_json(),
-                    "settings_sha256": digest,
-                    "settings": settings,
-                    "metrics_url": url,
-                }
-            ),
-            encoding="utf-8",
-        )
-        try:
-            _wait_ready(record, url)
-        except RunFailedError:
-            # Another process may have taken the port between our probe and its bind.
-            if attempt < PORT_ATTEMPTS and "Address already in use" in procs.tail(record.log):
-                procs.terminate(record)
-                continue
-            raise
-        return record, url
-    raise AssertionError("unreachable")  # pragma: no cover
+        return procs.Launch(argv, {"metrics_url": f"http://127.0.0.1:{port}"})
 
-
-def _wait_ready(record: procs.ProcessRecord, url: str) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if _get(url + "/readyz")[0] == 200:
-            return
-        if not procs.is_alive(record):
-            raise RunFailedError(
-                "decice-scheduler exited while starting; its log ends with:\n"
-                + procs.tail(record.log, 20)
-            )
-        time.sleep(0.2)
-    raise RunFailedError(
-        f"decice-scheduler was not ready after {READY_TIMEOUT_S:.0f} s "
-        f"({url}/readyz); log: {record.log}"
+    # Another process may take the port between our probe and the scheduler's bind.
+    started = _process(state_dir).ensure(
+        settings_of(kubeconfig, spec),
+        launch,
+        attempts=PORT_ATTEMPTS,
+        retry_when="Address already in use",
     )
-
-
-def smoke_pod(scheduler_name: str) -> dict[str, Any]:
-    """A pod only ``scheduler_name`` may place; the node agent ends it after 1 s."""
+    node = smoke(kubeconfig, spec.name)
     return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": SMOKE_POD,
-            "labels": {"app.kubernetes.io/name": "decice-scheduler-smoke"},
-            "annotations": {"decice.io/sim-duration": "1s"},
-        },
-        "spec": {
-            "schedulerName": scheduler_name,
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "smoke",
-                    "image": "decice.invalid/smoke:1",
-                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-                }
-            ],
-        },
+        "pid": started.record.pid,
+        "metrics_url": str(started.data["metrics_url"]),
+        "reused": started.reused,
+        "smoke_node": node,
     }
 
 
-def _core(kubeconfig: Path) -> Any:
-    from kubernetes import client, config
-
-    return client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
-
-
-def _read_pod(api: Any) -> dict[str, Any] | None:
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        raw = api.read_namespaced_pod(
-            SMOKE_POD, SMOKE_NAMESPACE, _preload_content=False, _request_timeout=10
-        )
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    data = json.loads(raw.data)
-    return data if isinstance(data, dict) else None
+def smoke_pod(scheduler_name: str) -> dict[str, Any]:
+    """The shared smoke pod, for ``scheduler_name`` only; the node agent ends it after 1 s."""
+    pod = copy.deepcopy(_VERIFY["smoke_pod"])
+    pod["spec"]["schedulerName"] = scheduler_name
+    return dict(pod)
 
 
-def _delete_pod(api: Any, uid: str | None = None, wait_s: float = 30.0) -> None:
-    from kubernetes.client.exceptions import ApiException
+_POD_PATH = f"/api/v1/namespaces/{SMOKE_NAMESPACE}/pods"
+_SMOKE_PATH = f"{_POD_PATH}/{SMOKE_POD}"
 
+
+async def _read_pod(api: Client) -> dict[str, Any] | None:
+    status, body = await api.request("GET", _SMOKE_PATH)
+    if status == 404:
+        return None
+    if status != 200 or not isinstance(body, dict):
+        raise ApiError("GET", _SMOKE_PATH, status, json.dumps(body))
+    return body
+
+
+async def _delete_pod(api: Client, uid: str | None = None, wait_s: float = 30.0) -> None:
     body: dict[str, Any] = {"gracePeriodSeconds": 0}
     if uid:
         body["preconditions"] = {"uid": uid}
-    with contextlib.suppress(ApiException):
-        api.delete_namespaced_pod(
-            SMOKE_POD, SMOKE_NAMESPACE, body=body, _preload_content=False, _request_timeout=10
-        )
+    with contextlib.suppress(ApiError):
+        await api.request("DELETE", _SMOKE_PATH, body=body)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        pod = _read_pod(api)
+        pod = await _read_pod(api)
         if pod is None or (uid and pod["metadata"]["uid"] != uid):
             return
-        time.sleep(0.2)
+        await asyncio.sleep(0.2)
     raise RunFailedError(f"the smoke pod {SMOKE_NAMESPACE}/{SMOKE_POD} was not deleted in time")
 
 
-def smoke(kubeconfig: Path, scheduler_name: str) -> str:
-    """Place the smoke pod, wait until bound and Succeeded, delete it; return its node."""
-    api = _core(kubeconfig)
-    old = _read_pod(api)
+async def _smoke(api: Client, scheduler_name: str) -> str:
+    old = await _read_pod(api)
     if old is not None:  # left over from an interrupted run
-        _delete_pod(api, old["metadata"]["uid"])
-    created = api.create_namespaced_pod(
-        SMOKE_NAMESPACE, smoke_pod(scheduler_name), _preload_content=False, _request_timeout=10
-    )
-    uid = json.loads(created.data)["metadata"]["uid"]
+        await _delete_pod(api, old["metadata"]["uid"])
+    status, created = await api.request("POST", _POD_PATH, body=smoke_pod(scheduler_name))
+    if status != 201 or not isinstance(created, dict):
+        raise ApiError("POST", _POD_PATH, status, json.dumps(created))
+    uid = created["metadata"]["uid"]
     try:
         deadline = time.monotonic() + SMOKE_TIMEOUT_S
         node, phase = "", ""
         while time.monotonic() < deadline:
-            pod = _read_pod(api)
+            pod = await _read_pod(api)
             if pod is None or pod["metadata"]["uid"] != uid:
                 raise RunFailedError("the smoke pod disappeared before it finished")
             node = pod["spec"].get("nodeName") or ""
@@ -300,14 +233,27 @@ def smoke(kubeconfig: Path, scheduler_name: str) -> str:
                 raise RunFailedError(f"the smoke pod failed on {node or '?'}: {reason}")
             if node and phase == "Succeeded":
                 return str(node)
-            time.sleep(0.2)
+            await asyncio.sleep(0.2)
         where = f"bound to {node}, phase {phase or '?'}" if node else "never bound"
         raise RunFailedError(
             f"the smoke pod did not succeed within {SMOKE_TIMEOUT_S:.0f} s ({where}); "
             f"is {scheduler_name} scheduling?"
         )
     finally:
-        _delete_pod(api, uid)
+        await _delete_pod(api, uid)
+
+
+async def _with_client(kubeconfig: Path, work: Callable[[Client], Awaitable[T]]) -> T:
+    api = Client(load_kubeconfig(kubeconfig), timeout=10.0)
+    try:
+        return await work(api)
+    finally:
+        await api.close()
+
+
+def smoke(kubeconfig: Path, scheduler_name: str) -> str:
+    """Place the smoke pod, wait until bound and Succeeded, delete it; return its node."""
+    return asyncio.run(_with_client(kubeconfig, lambda api: _smoke(api, scheduler_name)))
 
 
 def remove_smoke_pod(kubeconfig: Path) -> None:
@@ -315,17 +261,12 @@ def remove_smoke_pod(kubeconfig: Path) -> None:
     if not kubeconfig.is_file():
         return
     with contextlib.suppress(Exception):
-        _delete_pod(_core(kubeconfig), wait_s=10.0)
+        asyncio.run(_with_client(kubeconfig, lambda api: _delete_pod(api, wait_s=10.0)))
 
 
 def stop(state_dir: Path) -> bool:
     """Stop the scheduler by its recorded pid; True when it was running."""
-    data = _load(state_dir)
-    if data is None:
-        return False
-    stopped = procs.terminate(_process(data))
-    _record_path(state_dir).unlink(missing_ok=True)
-    return stopped
+    return _process(state_dir).stop()
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -349,10 +290,10 @@ def parse_metrics(text: str) -> dict[str, float]:
 
 def status(state_dir: Path) -> dict[str, Any]:
     """{running, pid, metrics_url} and, while running, scheduled/drift/relists."""
-    data = _load(state_dir)
+    data = _process(state_dir).load()
     if data is None:
         return {"running": False, "pid": None, "metrics_url": None}
-    record = _process(data)
+    record = procs.ProcessRecord.from_json(data["process"])
     alive = procs.is_alive(record)
     url = str(data.get("metrics_url") or "")
     out: dict[str, Any] = {
@@ -362,7 +303,7 @@ def status(state_dir: Path) -> dict[str, Any]:
         "log": record.log,
     }
     if alive and url:
-        code, ready = _get(url + "/readyz")
+        code, ready = _get(url + READY_PATH)
         out["ready"] = code == 200 and ready.strip() == "ok"
         code, text = _get(url + "/metrics")
         if code == 200:
