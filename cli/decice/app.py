@@ -87,11 +87,22 @@ def up(
     only: OnlyOpt = None,
     skip: SkipOpt = None,
     check: Annotated[
-        bool, typer.Option("--check", help="Ansible check mode: change nothing.")
+        bool,
+        typer.Option(
+            "--check",
+            help="Change nothing: Ansible check mode; phases decice does itself "
+            "(sim control plane, Kubespray) only say what they would do.",
+        ),
+    ] = False,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict", help="Exit 1 when the run ends incomplete (a component not done)."
+        ),
     ] = False,
 ) -> None:
     """Deploy: preflight, baseline, prepare, kubernetes, addons, scheduler."""
-    _lifecycle("up", spec, json_out, verbose, only=only, skip=skip, check=check)
+    _lifecycle("up", spec, json_out, verbose, only=only, skip=skip, check=check, strict=strict)
 
 
 @app.command()

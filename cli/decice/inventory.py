@@ -5,14 +5,16 @@ from __future__ import annotations
 import hashlib
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from decice.allocation import Allocation, Machine
 from decice.errors import InputError
-from decice.spec import LoadedSpec
 from decice.spec_model import AllocationSpec
+
+if TYPE_CHECKING:
+    from decice.spec import LoadedSpec
 
 GROUPS = ("kube_control_plane", "etcd", "kube_node", "decice_edge", "decice_hpc")
 _ROLE_GROUP = {

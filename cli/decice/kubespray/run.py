@@ -19,7 +19,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -28,7 +28,9 @@ from decice import versions
 from decice.errors import InputError, RunFailedError
 from decice.kubespray import render, source, venv
 from decice.runner import Event, HostResult, PlaybookRun, RunFinished, TaskStarted, run_playbook
-from decice.spec import LoadedSpec
+
+if TYPE_CHECKING:
+    from decice.spec import LoadedSpec
 
 SUBDIR = "kubespray"
 OPTIONS = ("--become",)

@@ -1,0 +1,139 @@
+"""The shape of the tree: no import cycles, targets never reach back into the lifecycle,
+the scheduler package stands alone, test modules do not import each other."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = ROOT / "cli"
+SCHEDULER = ROOT / "scheduler"
+
+
+def _module_name(path: Path, base: Path) -> str:
+    parts = list(path.relative_to(base).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST, *, runtime_only: bool) -> Iterator[tuple[str, list[str]]]:
+    """(module, names) of every import, skipping ``if TYPE_CHECKING:`` blocks if asked."""
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if runtime_only and isinstance(node, ast.If) and _is_type_checking(node):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, []
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module, [alias.name for alias in node.names]
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _graph(base: Path, package: str, *, runtime_only: bool = True) -> dict[str, set[str]]:
+    files = {_module_name(p, base): p for p in (base / package).rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in files}
+    for name, path in files.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for module, names in _imports(tree, runtime_only=runtime_only):
+            if module not in files:
+                continue
+            targets = [f"{module}.{n}" for n in names if f"{module}.{n}" in files]
+            if len(targets) < len(names) or not names:
+                targets.append(module)  # a name from the module itself (or `import m`)
+            graph[name].update(t for t in targets if t != name)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+
+    def visit(node: str) -> None:
+        nonlocal counter
+        index[node] = low[node] = counter
+        counter += 1
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_among_cli_modules() -> None:
+    assert _cycles(_graph(CLI, "decice")) == []
+
+
+def test_no_import_cycle_in_the_scheduler_package() -> None:
+    assert _cycles(_graph(SCHEDULER, "decice_scheduler")) == []
+
+
+def test_nothing_below_the_lifecycle_imports_it() -> None:
+    graph = _graph(CLI, "decice", runtime_only=False)
+    below = [m for m in graph if m.startswith(("decice.targets", "decice.sim", "decice.kubespray"))]
+    assert below
+    assert [m for m in below if "decice.lifecycle" in graph[m]] == []
+
+
+def test_scheduler_package_never_imports_the_cli() -> None:
+    for path in (SCHEDULER / "decice_scheduler").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        bad = [m for m, _ in _imports(tree, runtime_only=False) if m.split(".")[0] == "decice"]
+        assert bad == [], f"{path} imports {bad}"
+
+
+def test_test_modules_do_not_import_each_other() -> None:
+    offenders = []
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for module, names in _imports(tree, runtime_only=False):
+            leaf = module.rsplit(".", 1)[-1]
+            if module.startswith("tests") and (
+                leaf.startswith(("test_", "conftest")) or any(n.startswith("test_") for n in names)
+            ):
+                offenders.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert offenders == []

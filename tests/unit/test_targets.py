@@ -1,0 +1,127 @@
+"""The Target interface: every target answers for itself; `up --check` changes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+import pytest
+
+from decice import targets
+from decice.errors import InputError
+from decice.spec import load
+from decice.spec_model import Spec
+
+pytestmark = pytest.mark.unit
+
+DECICE = [sys.executable, "-m", "decice"]
+STATIC = """\
+name: check-static
+target: static
+hosts:
+  - name: cp1
+    address: 192.0.2.10
+    roles: [control_plane, etcd]
+  - name: w1
+    address: 192.0.2.11
+    roles: [worker]
+"""
+
+
+def test_every_spec_target_has_one_target() -> None:
+    names = typing.get_args(Spec.model_fields["target"].annotation)
+    assert sorted(names) == sorted(targets.TARGETS)
+    for name in names:
+        assert targets.get(name).name == name
+    with pytest.raises(InputError, match="unknown"):
+        targets.get("cloud")
+
+
+def test_python_phases_per_target() -> None:
+    sim = targets.get("sim")
+    assert set(sim.phases("up")) == {"kubernetes", "scheduler"}
+    assert set(sim.phases("down")) == {"scheduler"}
+    assert set(sim.phases("reset")) == {"kubernetes"}
+    assert not sim.uses_kubespray
+    for name in ("lab", "slurm", "pbs", "static"):
+        target = targets.get(name)
+        assert target.uses_kubespray
+        assert set(target.phases("up")) == {"kubernetes"}
+        assert set(target.phases("reset")) == {"kubernetes"}
+        assert dict(target.phases("down")) == {}
+    assert targets.get("lab").creates_hosts and not targets.get("static").creates_hosts
+
+
+def test_static_target_needs_hosts(tmp_path: Path) -> None:
+    spec = tmp_path / "decice.yaml"
+    spec.write_text("name: x\ntarget: static\n")
+    with pytest.raises(InputError, match="target static needs hosts") as info:
+        load(spec)
+    assert f"{spec}:2:" in str(info.value)
+
+
+def test_kubeconfig_path_is_one_place(tmp_path: Path) -> None:
+    assert targets.kubeconfig_path(tmp_path) == tmp_path.resolve() / "kubeconfig"
+
+
+def _run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> dict:
+    out = subprocess.run(
+        [*DECICE, *args, "--json"],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        check=False,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_up_check_on_sim_previews_and_changes_nothing(tmp_path: Path) -> None:
+    record = _run(tmp_path, "up", "--check", "--only", "kubernetes,scheduler")
+    phases = {p["name"]: p for p in record["phases"]}
+    assert record["status"] == "ok"
+    assert phases["kubernetes"]["note"].startswith("check mode, nothing done: would start etcd")
+    assert "simulated nodes" in phases["kubernetes"]["note"]
+    assert phases["scheduler"]["note"].startswith("check mode, nothing done: would start")
+    state = tmp_path / ".decice"
+    assert not (state / "sim").exists()
+    assert not (state / "kubeconfig").exists()
+
+
+def test_reset_previews_say_what_they_would_do(tmp_path: Path) -> None:
+    from decice.kubespray import phases as kubespray_phases
+    from decice.records import RunRecord
+    from decice.targets import sim
+
+    loaded = load(None, cwd=tmp_path)
+    record = RunRecord(
+        id="r", command="reset", argv=[], pid=0, host="h", spec="s", spec_sha256="", target="sim"
+    )
+    ctx = targets.PhaseContext(loaded, record, targets.RunOptions(check=True), lambda _t: None)
+    assert sim.preview_reset_kubernetes(ctx) == "check mode, nothing done: nothing is running"
+    (tmp_path / ".decice" / "sim").mkdir(parents=True)
+    assert "would stop the scheduler, the node agent and the control plane" in (
+        sim.preview_reset_kubernetes(ctx)
+    )
+    assert kubespray_phases.preview_reset_kubernetes(ctx) == (
+        "check mode, nothing done: " + kubespray_phases.NOTHING_TO_RESET
+    )
+
+
+def test_up_check_on_static_shows_the_kubespray_command(tmp_path: Path) -> None:
+    (tmp_path / "decice.yaml").write_text(STATIC)
+    cache = tmp_path / "cache"
+    record = _run(
+        tmp_path, "up", "--check", "--only", "kubernetes", env={"DECICE_CACHE_DIR": str(cache)}
+    )
+    note = record["phases"][0]["note"]
+    assert note.startswith("check mode, nothing done: would run kubespray v2.29.1 cluster.yml: ")
+    assert "ansible-playbook" in note
+    assert not cache.exists(), "check mode fetched or built something"
+    assert not (tmp_path / ".decice" / "kubeconfig").exists()
