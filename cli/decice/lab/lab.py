@@ -180,20 +180,15 @@ def _create(name: str, count: int, slurm_enabled: bool, state_root: Path) -> Lab
     save(info, directory)  # recorded before anything runs, so destroy finds it all
 
     mounts: list[str] = []
+    # (container, volumes, systemd arguments): the SLURM controller first, then the nodes
+    starts: list[tuple[LabNode, list[str], list[str]]] = []
     if files and controller:
         slurm_ops.write_files(files, name, controller, lab_nodes, image.munge_uid, image.munge_gid)
         mounts = files.mounts()
-        node_ops.start_container(
-            podman,
-            controller,
-            image=image.ref,
-            network=network,
-            labels=labels,
-            hosts=everyone,
-            mounts=mounts,
-            init_args=["systemd.setenv=SLURM_ROLE=controller"],
-        )
-    for node in lab_nodes:
+        starts.append((controller, [], ["systemd.setenv=SLURM_ROLE=controller"]))
+    compute = ["systemd.setenv=SLURM_ROLE=compute"] if files else []
+    starts.extend((node, [CONTAINERD_VOLUME], compute) for node in lab_nodes)
+    for node, volumes, init_args in starts:
         node_ops.start_container(
             podman,
             node,
@@ -202,8 +197,8 @@ def _create(name: str, count: int, slurm_enabled: bool, state_root: Path) -> Lab
             labels=labels,
             hosts=everyone,
             mounts=mounts,
-            volumes=[CONTAINERD_VOLUME],
-            init_args=["systemd.setenv=SLURM_ROLE=compute"] if files else [],
+            volumes=volumes,
+            init_args=init_args,
         )
     public = key.with_suffix(".pub").read_text()
     for node in everyone:

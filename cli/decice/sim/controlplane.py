@@ -347,14 +347,7 @@ class ControlPlane:
         if not self.node_lifecycle:
             controllers += ",-nodelifecycle"
         args = [
-            str(self.binaries.path("kube-controller-manager")),
-            f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={ports['controller-manager']}",
-            f"--cert-dir={self.data_dir / 'controller-manager-certs'}",
-            "--leader-elect=false",
+            *self._client_args("kube-controller-manager", kubeconfig, ports["controller-manager"]),
             "--use-service-account-credentials=true",
             f"--service-account-private-key-file={pki.sa_key}",
             f"--root-ca-file={pki.ca.cert}",
@@ -369,17 +362,22 @@ class ControlPlane:
             args.append("--port=0")  # no insecure port (1.20 default 10252 would collide)
         return args
 
-    def _scheduler_args(self, ports: Mapping[str, int], kubeconfig: Path) -> list[str]:
-        args = [
-            str(self.binaries.path("kube-scheduler")),
+    def _client_args(self, binary: str, kubeconfig: Path, port: int) -> list[str]:
+        """What controller-manager and scheduler share: API access, a loopback port, no election."""
+        cert_dir = self.data_dir / f"{binary.removeprefix('kube-')}-certs"
+        return [
+            str(self.binaries.path(binary)),
             f"--kubeconfig={kubeconfig}",
             f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}",
             "--bind-address=127.0.0.1",
-            f"--secure-port={ports['scheduler']}",
-            f"--cert-dir={self.data_dir / 'scheduler-certs'}",
+            f"--secure-port={port}",
+            f"--cert-dir={cert_dir}",
             "--leader-elect=false",
         ]
+
+    def _scheduler_args(self, ports: Mapping[str, int], kubeconfig: Path) -> list[str]:
+        args = self._client_args("kube-scheduler", kubeconfig, ports["scheduler"])
         if _minor(self.binaries.version("kube-scheduler")) < 23:
             args.append("--port=0")  # no insecure port (1.20 default 10251 would collide)
         return args

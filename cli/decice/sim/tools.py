@@ -51,23 +51,12 @@ def ensure_tools(tools: Sequence[Tool], *, install: bool = True) -> None:
         )
     log.warning("installing build tools with apt-get: %s", " ".join(packages))
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    result = subprocess.run(
-        ["apt-get", "install", "-y", "--no-install-recommends", *packages],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    argv = ["apt-get", "install", "-y", "--no-install-recommends", *packages]
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         # the package lists may simply be absent on a fresh machine
         subprocess.run(["apt-get", "update"], env=env, capture_output=True, check=False)
-        result = subprocess.run(
-            ["apt-get", "install", "-y", "--no-install-recommends", *packages],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        result = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise BuildError(f"apt-get install {' '.join(packages)} failed:\n{_tail(result.stderr)}")
     still = [t.command for t in tools if find_tool(t) is None]
