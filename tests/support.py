@@ -1,12 +1,23 @@
-"""Test support: prerequisite handling that fails loudly in CI and skips elsewhere."""
+"""Test support: prerequisite handling that fails loudly in CI and skips elsewhere, the
+one way tests wait for a condition, the decice CLI and ansible-playbook as subprocesses,
+process liveness."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+DECICE = [sys.executable, "-m", "decice"]
 
 
 def require(condition: bool, reason: str) -> None:
@@ -16,3 +27,56 @@ def require(condition: bool, reason: str) -> None:
     if IN_CI:
         pytest.fail(f"prerequisite missing in CI: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def wait_for(what: str, fn: Callable[[], Any], timeout: float = 30.0, every: float = 0.2) -> Any:
+    """Call ``fn`` every ``every`` seconds until it returns something true (returned);
+    fail the test when ``timeout`` seconds passed first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)
+
+
+def run_decice(
+    cwd: Path, *args: str, timeout: float = 1800, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``decice ARGS`` in ``cwd`` (this interpreter), output captured, never raising."""
+    return subprocess.run(
+        [*DECICE, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        check=False,
+        timeout=timeout,
+        env=None if env is None else dict(env),
+    )
+
+
+def run_playbook(inventory: str, name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``ansible-playbook -i INVENTORY playbooks/NAME.yml ARGS`` from the checkout, with its
+    ansible.cfg, no colour, one JSON line per result; never raising."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+    )
+    argv = [str(BIN / "ansible-playbook"), "-i", inventory, f"playbooks/{name}.yml", *args]
+    return subprocess.run(
+        argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False
+    )
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return text.rsplit(")", 1)[1].split()[0] not in {"Z", "X"}

@@ -31,6 +31,7 @@ from typing import Any
 
 from decice.sim.binaries import resolve_binaries
 from decice.sim.controlplane import ControlPlane
+from decice.sim.scheduler_service import free_port, scheduler_argv
 from decice_scheduler.client import Client
 
 HERE = Path(__file__).resolve().parent
@@ -39,7 +40,6 @@ sys.path.insert(0, str(HERE))
 
 from throughput import (  # noqa: E402
     cpu_seconds,
-    free_port,
     node_body,
     peak_rss_mib,
     pod_body,
@@ -151,17 +151,7 @@ def poll_ready(port: int, started: float, out: dict[str, float], stop: threading
 def one_start(data: Path, kubeconfig: Path, rv: str, names: set[str]) -> dict[str, Any]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "scheduler")}
-    argv = [
-        sys.executable,
-        "-m",
-        "decice_scheduler",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--metrics-port",
-        str(port),
-        "--metrics-host",
-        "127.0.0.1",
-    ]
+    argv = scheduler_argv(kubeconfig, port)
     log = (data / f"decice-{int(time.time())}.log").open("wb")
     ready: dict[str, float] = {}
     stop = threading.Event()

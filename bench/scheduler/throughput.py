@@ -36,7 +36,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -49,6 +48,7 @@ from typing import Any
 
 from decice.sim.binaries import resolve_binaries
 from decice.sim.controlplane import ControlPlane
+from decice.sim.scheduler_service import free_port, scheduler_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scheduler"))
@@ -180,12 +180,6 @@ async def admission_rejections(kubeconfig: Path) -> int:
     return rejected
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
@@ -258,25 +252,13 @@ def start(
     log = (data / f"{which}.log").open("wb")
     if which == "decice":
         env = {**os.environ, "PYTHONPATH": str(ROOT / "scheduler")}
-        argv = [
-            sys.executable,
-            "-m",
-            "decice_scheduler",
-            "--kubeconfig",
-            str(data / "admin.kubeconfig"),
-            "--metrics-port",
-            str(port),
-            "--metrics-host",
-            "127.0.0.1",
-            "--audit-interval",
-            "0",
-            "--qps",
-            str(qps),
-            "--burst",
-            str(burst),
-            "--bind-concurrency",
-            "64",
-        ]
+        argv = scheduler_argv(
+            data / "admin.kubeconfig",
+            port,
+            qps=qps,
+            burst=burst,
+            extra=("--audit-interval", "0", "--bind-concurrency", "64"),
+        )
         if profile is not None:
             spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
             out = profile / f"decice-{int(time.time())}.speedscope.json"

@@ -20,7 +20,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 from decice.sim.agent import agent_client, register_nodes
 from decice.sim.binaries import resolve_binaries
 from decice.sim.controlplane import ControlPlane
+from decice.sim.nodes_service import agent_argv
 from decice.spec_model import SimNodeGroup
 
 NS = "bench"
@@ -138,19 +138,7 @@ def lease_cost(info, nodes_file, data, seconds):
     status = data / "hb-status.json"
     status.unlink(missing_ok=True)
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "decice.sim.agent",
-            "--kubeconfig",
-            str(info.kubeconfig),
-            "--nodes-file",
-            str(nodes_file),
-            "--status-file",
-            str(status),
-            "--heartbeat",
-            "on",
-        ],
+        agent_argv(info.kubeconfig, nodes_file, status, ("--heartbeat", "on")),
         stderr=(data / "hb-agent.log").open("wb"),
     )
     try:
@@ -204,19 +192,9 @@ def main():
         asyncio.run(setup(info.kubeconfig, groups, args.pods))
         t0 = time.monotonic()
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "decice.sim.agent",
-                "--kubeconfig",
-                str(info.kubeconfig),
-                "--nodes-file",
-                str(nodes_file),
-                "--status-file",
-                str(status),
-                "--max-in-flight",
-                str(args.max_in_flight),
-            ],
+            agent_argv(
+                info.kubeconfig, nodes_file, status, ("--max-in-flight", str(args.max_in_flight))
+            ),
             stderr=(data / "agent.log").open("wb"),
         )
         secs, st = wait_status(status, lambda s: s["ready"], True, proc, 600)

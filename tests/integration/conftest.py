@@ -6,8 +6,6 @@ concurrent sessions do not collide) and destroys it at the end.
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,21 +16,9 @@ from decice import lab
 from decice.errors import DeciceError
 from decice.sim.binaries import BinarySet, resolve_binaries
 from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
+from tests.integration.labsupport import lab_name, require_lab_prerequisites
+from tests.integration.simsupport import require_sim
 from tests.support import require
-
-
-def require_lab_prerequisites() -> None:
-    """Lab nodes are privileged podman containers: root, and podman (or apt to get it)."""
-    require(os.geteuid() == 0, "lab nodes need root (privileged podman containers)")
-    require(
-        shutil.which("podman") is not None or shutil.which("apt-get") is not None,
-        "lab nodes need podman (`apt-get install -y podman runc debootstrap`)",
-    )
-
-
-def lab_name(kind: str) -> str:
-    """A lab name unique to this test session."""
-    return f"t{kind}{os.getpid()}"
 
 
 @pytest.fixture(scope="session")
@@ -71,10 +57,7 @@ def slurm_cluster(lab_state_root: Path) -> Iterator[lab.LabInfo]:
 @pytest.fixture(scope="session")
 def sim_binaries() -> BinarySet:
     """Control-plane binaries: explicit dir, cache, or the offline build (~4 min once)."""
-    require(
-        shutil.which("apt-get") is not None or bool(os.environ.get("DECICE_K8S_BIN_DIR")),
-        "the sim binaries need Debian's apt (offline build) or DECICE_K8S_BIN_DIR",
-    )
+    require_sim()
     try:
         return resolve_binaries()
     except DeciceError as exc:

@@ -1,10 +1,10 @@
-"""Shared helpers for the decice-scheduler integration tests that bring their own node
-groups (test_scheduler_cases.py, test_scheduler_churn.py).
+"""Pods, nodes and network faults for the decice-scheduler integration tests that bring
+their own node groups (test_scheduler_cases.py, test_scheduler_churn.py).
 
-The process wrapper, HTTP probes and waits come from test_scheduler_sync.py; what is
-here: an environment with caller-chosen node groups, raw-JSON pods (so fields the typed
-client does not know, such as an init container's ``restartPolicy``, reach the API), node
-save/delete/recreate, and a TCP proxy that can cut its connections silently.
+The processes and the environment come from :mod:`tests.integration.simsupport`; what is
+here: node groups, raw-JSON pods (so fields the typed client does not know, such as an
+init container's ``restartPolicy``, reach the API), node save/delete/recreate, and a TCP
+proxy that can cut its connections silently.
 """
 
 from __future__ import annotations
@@ -12,44 +12,30 @@ from __future__ import annotations
 import contextlib
 import json
 import selectors
-import signal
 import socket
-import subprocess
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from decice.sim.binaries import BinarySet
-from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
-from tests.integration.test_scheduler_sync import (
-    GROUP_LABEL,
-    SCHED,
-    SchedulerProc,
-    start_agent,
-    wait_for,
-)
-from tests.support import require
+from tests.integration.simsupport import GROUP_LABEL, SCHED, SchedEnv
+from tests.support import wait_for
 
 __all__ = [
-    "GROUP_LABEL",
-    "SCHED",
     "BlackholeProxy",
-    "SchedEnv",
     "bound_node",
     "cleanup_pods",
     "create_pod",
+    "failed_scheduling_event",
     "group",
     "pod",
     "raw_json",
     "read_pod",
     "recreate_node",
-    "running_env",
     "saved_node",
     "wait_bound",
     "wait_gone",
@@ -70,71 +56,6 @@ def group(
 
 
 # ---------------------------------------------------------------- environment
-
-
-@dataclass
-class SchedEnv:
-    cp: ControlPlane
-    info: ControlPlaneInfo
-    core: client.CoreV1Api
-    api: client.ApiClient
-    workdir: Path
-    sched: SchedulerProc
-    agent: subprocess.Popen[bytes]
-    namespaces: tuple[str, ...]
-
-
-_start_agent = start_agent
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _has_default_sa(core: client.CoreV1Api, ns: str) -> Callable[[], bool]:
-    def check() -> bool:
-        found = core.list_namespaced_service_account(ns, field_selector="metadata.name=default")
-        return bool(found.items)
-
-    return check
-
-
-@contextlib.contextmanager
-def running_env(
-    binaries: BinarySet,
-    workdir: Path,
-    groups: Sequence[Mapping[str, Any]],
-    namespaces: Sequence[str],
-    sched_extra: Sequence[str] = (),
-) -> Iterator[SchedEnv]:
-    """Control plane (with the stock kube-scheduler), node agent and decice-scheduler."""
-    require("kube-scheduler" in binaries, "kube-scheduler binary")
-    cp = ControlPlane(workdir / "cp", binaries, scheduler=True, node_lifecycle=False)
-    info = cp.start()
-    agent = None
-    sched = None
-    try:
-        api = config.new_client_from_config(config_file=str(info.kubeconfig))
-        core = client.CoreV1Api(api)
-        for ns in namespaces:
-            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-            wait_for(f"default service account in {ns}", _has_default_sa(core, ns))
-        agent = _start_agent(info, workdir, groups)
-        sched = SchedulerProc(info.kubeconfig, workdir, extra=tuple(sched_extra))
-        sched.start()
-        yield SchedEnv(cp, info, core, api, workdir, sched, agent, tuple(namespaces))
-    finally:
-        if sched is not None and sched.proc is not None and sched.proc.poll() is None:
-            sched.stop()
-        if agent is not None:
-            _stop(agent)
-        cp.stop()
 
 
 def cleanup_pods(env: SchedEnv) -> None:
@@ -256,6 +177,18 @@ def wait_running(core: client.CoreV1Api, ns: str, name: str, timeout: float = 30
 
 def wait_gone(core: client.CoreV1Api, ns: str, name: str, timeout: float = 30.0) -> None:
     wait_for(f"{ns}/{name} gone", lambda: read_pod(core, ns, name) is None, timeout)
+
+
+def failed_scheduling_event(core: client.CoreV1Api, ns: str, name: str) -> Callable[[], Any]:
+    """A probe for ``wait_for``: the first FailedScheduling event of pod ``ns/name``."""
+
+    def event() -> Any:
+        items = core.list_namespaced_event(
+            ns, field_selector=f"involvedObject.name={name},reason=FailedScheduling"
+        ).items
+        return items[0] if items else None
+
+    return event
 
 
 # ---------------------------------------------------------------- nodes

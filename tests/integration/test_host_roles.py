@@ -10,22 +10,20 @@ values are the same at the end as at the start.
 from __future__ import annotations
 
 import json
-import os
 import re
 import stat
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from decice import lab
+from tests.integration.labsupport import ssh
+from tests.support import run_playbook
 
 pytestmark = pytest.mark.cleanslate
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 # Kernel-wide values the prepare role could touch (its defaults + the one the test changes).
 VM_SYSCTLS = (
     "vm.max_map_count",
@@ -64,17 +62,8 @@ def machine_unchanged() -> Iterator[dict[str, str]]:
 def playbook(
     info: lab.LabInfo, name: str, state: Path, *extra: str
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-    )
-    args = [str(BIN / "ansible-playbook"), "-i", info.inventory, f"playbooks/{name}.yml"]
-    args += ["-e", json.dumps({"decice_state_dir": str(state)}), *extra]
-    return subprocess.run(
-        args, cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False
+    return run_playbook(
+        info.inventory, name, "-e", json.dumps({"decice_state_dir": str(state)}), *extra
     )
 
 
@@ -89,17 +78,6 @@ def recap(output: str) -> dict[str, dict[str, int]]:
 def ok(result: subprocess.CompletedProcess[str]) -> str:
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     return result.stdout
-
-
-def ssh(info: lab.LabInfo, host: str, command: str) -> str:
-    proc = subprocess.run(
-        ["ssh", "-F", info.ssh_config, "-o", "BatchMode=yes", host, command],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return proc.stdout.strip()
 
 
 def test_preflight_reports_every_failure_at_once_and_changes_nothing(

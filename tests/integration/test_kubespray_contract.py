@@ -24,9 +24,9 @@ import yaml
 
 from decice import inventory, spec
 from decice.kubespray import phases, run, source, venv
-from decice.targets import PhaseContext, RunOptions
 from decice.records import RunRecord
-from tests.unit.test_kubespray_source import COMMIT, STANDIN, make_archive
+from decice.targets import PhaseContext, RunOptions
+from tests.kubespray_standin import COMMIT, STANDIN, make_archive
 
 pytestmark = pytest.mark.local
 

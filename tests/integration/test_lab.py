@@ -11,20 +11,9 @@ import pytest
 
 from decice import lab
 from decice.lab.podman import Podman, write_containers_conf
-from tests.integration.conftest import lab_name, require_lab_prerequisites
+from tests.integration.labsupport import lab_name, require_lab_prerequisites, ssh
 
 pytestmark = pytest.mark.lab
-
-
-def ssh(info: lab.LabInfo, host: str, command: str) -> str:
-    proc = subprocess.run(
-        ["ssh", "-F", info.ssh_config, "-o", "BatchMode=yes", host, command],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return proc.stdout.strip()
 
 
 def running(pid: int) -> bool:

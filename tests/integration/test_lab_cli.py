@@ -6,29 +6,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from decice import lab
-from tests.integration.conftest import lab_name, require_lab_prerequisites
-
-DECICE = [sys.executable, "-m", "decice"]
-
-
-def _decice(
-    cwd: Path, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*DECICE, *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        check=False,
-        timeout=900,
-        env=env,
-    )
+from tests.integration.labsupport import lab_name, require_lab_prerequisites
+from tests.support import DECICE, run_decice
 
 
 @pytest.mark.lab
@@ -39,22 +23,22 @@ def test_up_creates_lab_then_verify_and_destroy(tmp_path: Path) -> None:
         f"name: labcli\ntarget: lab\nlab:\n  name: {name}\n  nodes: 2\n"
     )
     try:
-        up = _decice(tmp_path, "up", "--only", "preflight,baseline", "--json")
+        up = run_decice(tmp_path, "up", "--only", "preflight,baseline", "--json", timeout=900)
         assert up.returncode == 0, up.stderr
         record = json.loads(up.stdout)
         assert record["status"] == "ok"
         assert set(record["stats"]) >= {"node1", "node2"}
-        status = json.loads(_decice(tmp_path, "lab", "status", "--json").stdout)
+        status = json.loads(run_decice(tmp_path, "lab", "status", "--json", timeout=900).stdout)
         assert [n["name"] for n in status["nodes"]] == ["node1", "node2"]
         assert Path(status["inventory"]).is_file() and Path(status["ssh_config"]).is_file()
         assert status["slurm_env"] is None
         for node in ("node1", "node2"):
             assert (tmp_path / ".decice" / "baseline" / f"{node}.json").is_file()
-        verify = _decice(tmp_path, "verify", "--json")
+        verify = run_decice(tmp_path, "verify", "--json", timeout=900)
         assert verify.returncode == 0, verify.stderr
         assert json.loads(verify.stdout)["status"] == "ok"
     finally:
-        destroy = _decice(tmp_path, "lab", "destroy")
+        destroy = run_decice(tmp_path, "lab", "destroy", timeout=900)
     assert destroy.returncode == 0, destroy.stderr
     assert lab.status(name, tmp_path / ".decice") is None
     podman = subprocess.run(

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support import run_decice
+
 pytestmark = pytest.mark.local
 
-DECICE = [sys.executable, "-m", "decice"]
 SPEC = """\
 name: local-run
 target: static
@@ -23,12 +22,6 @@ hosts:
 """
 
 
-def _decice(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*DECICE, *args], capture_output=True, text=True, cwd=cwd, check=False, timeout=600
-    )
-
-
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("localrun")
@@ -37,7 +30,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_up_records_phases_versions_and_is_idempotent(workdir: Path) -> None:
-    first = _decice(workdir, "up", "--only", "preflight,baseline", "--json")
+    first = run_decice(workdir, "up", "--only", "preflight,baseline", "--json", timeout=600)
     assert first.returncode == 0, first.stderr
     record = json.loads(first.stdout)
     assert record["status"] == "ok"
@@ -52,16 +45,16 @@ def test_up_records_phases_versions_and_is_idempotent(workdir: Path) -> None:
     baseline = workdir / ".decice" / "baseline" / "localhost.json"
     assert baseline.stat().st_mode & 0o777 == 0o600
 
-    second = _decice(workdir, "up", "--only", "preflight,baseline", "--json")
+    second = run_decice(workdir, "up", "--only", "preflight,baseline", "--json", timeout=600)
     assert second.returncode == 0, second.stderr
     again = json.loads(second.stdout)
     assert again["stats"]["localhost"]["changed"] == 0
 
-    shown = _decice(workdir, "runs", "show", record["id"])
+    shown = run_decice(workdir, "runs", "show", record["id"], timeout=600)
     assert shown.returncode == 0, shown.stderr
     assert "preflight" in shown.stdout and "baseline" in shown.stdout
     assert "v2.29.1" in shown.stdout
-    listed = json.loads(_decice(workdir, "runs", "--json").stdout)
+    listed = json.loads(run_decice(workdir, "runs", "--json", timeout=600).stdout)
     assert [r["id"] for r in listed] == [record["id"], again["id"]]
 
 
@@ -70,7 +63,7 @@ def test_failed_run_exits_1_with_plain_message(workdir: Path, tmp_path: Path) ->
         "      preflight_min_memory_mb: 99999999\n"
     )
     (tmp_path / "decice.yaml").write_text(spec)
-    result = _decice(tmp_path, "up", "--only", "preflight")
+    result = run_decice(tmp_path, "up", "--only", "preflight", timeout=600)
     assert result.returncode == 1, result.stderr
     assert "localhost" in result.stderr
     assert "{" not in result.stderr.split("preflight:", 1)[-1].splitlines()[0]

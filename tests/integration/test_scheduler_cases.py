@@ -23,22 +23,22 @@ from kubernetes import client
 from decice.sim.binaries import BinarySet
 from decice_scheduler.resources import node_allocatable, pod_request
 from tests.integration.schedsupport import (
-    SchedEnv,
     bound_node,
     cleanup_pods,
     create_pod,
+    failed_scheduling_event,
     group,
     pod,
     raw_json,
     read_pod,
     recreate_node,
-    running_env,
     saved_node,
     wait_bound,
     wait_gone,
     wait_running,
 )
-from tests.integration.test_scheduler_sync import SchedulerProc, assert_no_drift, wait_for
+from tests.integration.simsupport import SchedEnv, SchedulerProc, assert_no_drift, running_env
+from tests.support import wait_for
 
 pytestmark = pytest.mark.scheduler
 
@@ -335,12 +335,7 @@ def test_gpu_pods_only_on_gpu_nodes_never_overcommitted(
     assert sorted(placed.values()).count("gpu-0") == 2
     assert bound_node(core, NS, "g-three") is None
 
-    def event() -> Any:
-        items = core.list_namespaced_event(
-            NS, field_selector="involvedObject.name=g-three,reason=FailedScheduling"
-        ).items
-        return items[0] if items else None
-
+    event = failed_scheduling_event(core, NS, "g-three")
     assert "Insufficient nvidia.com/gpu" in wait_for("g-three event", event, timeout=20).message
     # free one GPU: exactly one of the two waiting one-GPU pods takes it
     victim = next(iter(placed))
@@ -376,13 +371,7 @@ def test_unschedulable_pod_bound_once_a_fitting_node_appears(
         wait_for("node removed", lambda: env.sched.state()["nodes"] == nodes - 1)
         create_pod(core, NS, pod("waits", None, cpu="12"))
 
-        def event() -> Any:
-            items = core.list_namespaced_event(
-                NS, field_selector="involvedObject.name=waits,reason=FailedScheduling"
-            ).items
-            return items[0] if items else None
-
-        ev = wait_for("FailedScheduling", event, timeout=20)
+        ev = wait_for("FailedScheduling", failed_scheduling_event(core, NS, "waits"), timeout=20)
         assert "Insufficient cpu" in ev.message
         assert bound_node(core, NS, "waits") is None
     finally:
@@ -444,5 +433,5 @@ def test_kill_9_with_binds_in_flight_then_restart(env: SchedEnv, core: client.Co
         assert sum(len(state["usage"][f"knine-{i}"]["pods"]) for i in range(4)) == 64
         assert_no_drift(slow)
     finally:
-        if slow.proc is not None and slow.proc.poll() is None:
+        if slow.running():
             slow.stop()

@@ -29,20 +29,24 @@ from kubernetes.watch.watch import iter_resp_lines
 from decice.sim.binaries import BinarySet
 from decice_scheduler.resources import Resources, parse_resource_list, pod_request
 from tests.integration.schedsupport import (
-    SCHED,
     BlackholeProxy,
-    SchedEnv,
     cleanup_pods,
     create_pod,
     group,
     pod,
     raw_json,
     recreate_node,
-    running_env,
     saved_node,
     wait_bound,
 )
-from tests.integration.test_scheduler_sync import SchedulerProc, assert_no_drift, wait_for
+from tests.integration.simsupport import (
+    SCHED,
+    SchedEnv,
+    SchedulerProc,
+    assert_no_drift,
+    running_env,
+)
+from tests.support import wait_for
 
 pytestmark = pytest.mark.scheduler
 
@@ -100,7 +104,7 @@ def test_apiserver_frozen_longer_than_read_timeout(env: SchedEnv, core: client.C
     os.kill(pid, signal.SIGSTOP)
     try:
         time.sleep(READ_TIMEOUT + 2)
-        assert env.sched.proc is not None and env.sched.proc.poll() is None
+        assert env.sched.running()
         assert env.sched.state()["ready"]  # the debug server does not hang on the API
     finally:
         os.kill(pid, signal.SIGCONT)
@@ -146,7 +150,7 @@ def test_silent_partition_recovers(env: SchedEnv, core: client.CoreV1Api) -> Non
         wait_bound(core, NS, "px-4", timeout=30)
         assert_no_drift(px)
     finally:
-        if px.proc is not None and px.proc.poll() is None:
+        if px.running():
             px.stop()
         proxy.stop()
 

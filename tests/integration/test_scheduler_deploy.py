@@ -14,14 +14,11 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
-import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,13 +33,12 @@ from decice.sim.binaries import BinarySet
 from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
 from decice.sim.simnodes import expand, node_object
 from decice.spec_model import SimNodeGroup
-from tests.support import require
+from tests.integration.labsupport import ssh
+from tests.integration.simsupport import require_sim
+from tests.support import REPO, pid_alive, run_decice, run_playbook, wait_for
 
 pytestmark = pytest.mark.scheduler
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-DECICE = [sys.executable, "-m", "decice"]
 
 SPEC = """\
 name: schedup
@@ -58,58 +54,27 @@ sim:
 """
 
 
-def _decice(cwd: Path, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*DECICE, *args], capture_output=True, text=True, cwd=cwd, check=False, timeout=timeout
-    )
-
-
 def _json(result: subprocess.CompletedProcess[str]) -> Any:
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(result.stdout)
-
-
-def _alive(pid: int) -> bool:
-    stat = Path(f"/proc/{pid}/stat")
-    try:
-        return stat.read_text().rsplit(")", 1)[1].split()[0] not in {"Z", "X"}
-    except OSError:
-        return False
-
-
-def _wait(what: str, fn: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.3)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def _phase(record: dict[str, Any], name: str) -> dict[str, Any]:
     return next(p for p in record["phases"] if p["name"] == name)
 
 
-def _require_sim() -> None:
-    require(
-        shutil.which("apt-get") is not None or bool(os.environ.get("DECICE_K8S_BIN_DIR")),
-        "the sim target needs Debian's apt (offline build) or DECICE_K8S_BIN_DIR",
-    )
-
-
 def test_sim_up_schedules_then_down_and_reset_stop_it(tmp_path: Path) -> None:
-    _require_sim()
+    require_sim()
     (tmp_path / "decice.yaml").write_text(SPEC)
     try:
-        record = _json(_decice(tmp_path, "up", "--skip", "addons", "--json"))
+        record = _json(run_decice(tmp_path, "up", "--skip", "addons", "--json"))
         phase = _phase(record, "scheduler")
         assert phase["status"] == "ok", record
-        status = _json(_decice(tmp_path, "status", "--json"))
+        status = _json(run_decice(tmp_path, "status", "--json"))
         sched = status["sim"]["scheduler"]
         assert sched["running"] and sched["ready"], sched
         pid = sched["pid"]
-        assert _alive(pid)
+        assert pid_alive(pid)
         assert sched["scheduled"] >= 1  # the smoke pod
         assert sched["drift"] == 0
         assert sched["metrics_url"].startswith("http://127.0.0.1:")
@@ -143,46 +108,46 @@ def test_sim_up_schedules_then_down_and_reset_stop_it(tmp_path: Path) -> None:
             got = api.read_namespaced_pod("gpu-job", "default")
             return got if got.spec.node_name and got.status.phase == "Running" else None
 
-        got = _wait("decice-scheduler to place the pod", placed)
+        got = wait_for("decice-scheduler to place the pod", placed, timeout=60)
         assert got.spec.node_name == "g-0"  # the only node with a GPU
 
         # a second up keeps the same process (same settings) and smoke-tests it again
-        again = _json(_decice(tmp_path, "up", "--skip", "addons", "--json"))
+        again = _json(run_decice(tmp_path, "up", "--skip", "addons", "--json"))
         assert "kept running" in _phase(again, "scheduler")["note"]
-        assert _json(_decice(tmp_path, "status", "--json"))["sim"]["scheduler"]["pid"] == pid
+        assert _json(run_decice(tmp_path, "status", "--json"))["sim"]["scheduler"]["pid"] == pid
 
-        down = _json(_decice(tmp_path, "down", "--json"))
+        down = _json(run_decice(tmp_path, "down", "--json"))
         assert _phase(down, "scheduler")["status"] == "ok", down
-        _wait("the scheduler to exit", lambda: not _alive(pid), 20)
-        after = _json(_decice(tmp_path, "status", "--json"))["sim"]
+        wait_for("the scheduler to exit", lambda: not pid_alive(pid), 20)
+        after = _json(run_decice(tmp_path, "status", "--json"))["sim"]
         assert after["scheduler"]["running"] is False
         assert after["control_plane"]["running"]  # down leaves the cluster
 
         # up again, then reset: nothing of the sim may be left running
-        _json(_decice(tmp_path, "up", "--skip", "addons", "--json"))
-        status = _json(_decice(tmp_path, "status", "--json"))["sim"]
+        _json(run_decice(tmp_path, "up", "--skip", "addons", "--json"))
+        status = _json(run_decice(tmp_path, "status", "--json"))["sim"]
         pids = [status["scheduler"]["pid"], status["agent"]["status"]["pid"]]
         pids += [c["pid"] for c in status["control_plane"]["components"]]
-        assert all(_alive(p) for p in pids)
+        assert all(pid_alive(p) for p in pids)
     finally:
-        reset = _decice(tmp_path, "reset", "--yes", "--json")
+        reset = run_decice(tmp_path, "reset", "--yes", "--json")
     assert reset.returncode == 0, reset.stderr[-4000:]
     assert "scheduler" in _phase(json.loads(reset.stdout), "kubernetes")["note"]
-    _wait("every sim process to exit", lambda: not any(_alive(p) for p in pids), 30)
+    wait_for("every sim process to exit", lambda: not any(pid_alive(p) for p in pids), 30)
     assert not (tmp_path / ".decice" / "sim").exists()
 
 
 def test_sim_scheduler_disabled_starts_nothing(tmp_path: Path) -> None:
-    _require_sim()
+    require_sim()
     (tmp_path / "decice.yaml").write_text(SPEC + "scheduler:\n  enabled: false\n")
     try:
-        record = _json(_decice(tmp_path, "up", "--skip", "addons", "--json"))
+        record = _json(run_decice(tmp_path, "up", "--skip", "addons", "--json"))
         assert _phase(record, "scheduler")["note"] == "disabled in the spec"
-        status = _json(_decice(tmp_path, "status", "--json"))["sim"]
+        status = _json(run_decice(tmp_path, "status", "--json"))["sim"]
         assert status["scheduler"] == {"running": False, "pid": None, "metrics_url": None}
         assert not (tmp_path / ".decice" / "sim" / "scheduler").exists()
     finally:
-        reset = _decice(tmp_path, "reset", "--yes", "--json")
+        reset = run_decice(tmp_path, "reset", "--yes", "--json")
     assert reset.returncode == 0, reset.stderr[-4000:]
 
 
@@ -264,34 +229,10 @@ class HostRelay:
         self.server.close()
 
 
-def _ssh(info: lab.LabInfo, host: str, command: str, check: bool = True) -> str:
-    proc = subprocess.run(
-        ["ssh", "-F", info.ssh_config, "-o", "BatchMode=yes", host, command],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    if check:
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout.strip()
-
-
 def _playbook(
     inventory: str, name: str, extravars: dict[str, Any]
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-    )
-    args = [str(BIN / "ansible-playbook"), "-i", inventory, f"playbooks/{name}.yml"]
-    args += ["--tags", "scheduler", "-e", json.dumps(extravars)]
-    return subprocess.run(
-        args, cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False
-    )
+    return run_playbook(inventory, name, "--tags", "scheduler", "-e", json.dumps(extravars))
 
 
 def _ok(result: subprocess.CompletedProcess[str]) -> dict[str, int]:
@@ -331,8 +272,8 @@ def relayed_api(
     nodes = [n.name for n in lab_nodes.nodes]
     try:
         for node in nodes:
-            _ssh(lab_nodes, node, f"cat > /root/apirelay.py <<'EOF'\n{RELAY}\nEOF")
-            _ssh(
+            ssh(lab_nodes, node, f"cat > /root/apirelay.py <<'EOF'\n{RELAY}\nEOF")
+            ssh(
                 lab_nodes,
                 node,
                 f"systemd-run --unit={RELAY_UNIT} python3 /root/apirelay.py "
@@ -341,7 +282,7 @@ def relayed_api(
         yield role_api
     finally:
         for node in nodes:
-            _ssh(
+            ssh(
                 lab_nodes,
                 node,
                 f"systemctl stop {RELAY_UNIT}; systemctl reset-failed {RELAY_UNIT}; "
@@ -390,14 +331,14 @@ def test_role_systemd_units_with_leader_election_on_lab_nodes(
         assert recap["changed"] > 0
         assert re.search(r"decice-scheduler placed the smoke pod on r-[01]", first.stdout)
         for host in hosts:
-            assert _ssh(lab_nodes, host, "systemctl is-active decice-scheduler") == "active"
-            unit = _ssh(lab_nodes, host, "cat /etc/systemd/system/decice-scheduler.service")
+            assert ssh(lab_nodes, host, "systemctl is-active decice-scheduler") == "active"
+            unit = ssh(lab_nodes, host, "cat /etc/systemd/system/decice-scheduler.service")
             assert "--leader-elect" in unit
             assert "--kubeconfig /opt/decice-scheduler/kubeconfig" in unit
-            mode = _ssh(lab_nodes, host, "stat -c %a /opt/decice-scheduler/kubeconfig")
+            mode = ssh(lab_nodes, host, "stat -c %a /opt/decice-scheduler/kubeconfig")
             assert mode == "600"
             # the wheel went in without the CLI's dependencies
-            pkgs = _ssh(lab_nodes, host, "/opt/decice-scheduler/venv/bin/pip list --format=json")
+            pkgs = ssh(lab_nodes, host, "/opt/decice-scheduler/venv/bin/pip list --format=json")
             names = {p["name"].lower().replace("_", "-") for p in json.loads(pkgs)}
             assert {"decice", "httpx", "prometheus-client", "pyyaml"} <= names
             assert not names & {"ansible", "ansible-core", "kubernetes", "typer"}
@@ -420,20 +361,21 @@ def test_role_systemd_units_with_leader_election_on_lab_nodes(
             },
         }
         api.create_namespaced_pod("default", pod)
-        _wait(
+        wait_for(
             "the leader on a lab node to bind the pod",
             lambda: api.read_namespaced_pod("via-lab", "default").spec.node_name,
+            timeout=60,
         )
         api.delete_namespaced_pod("via-lab", "default", grace_period_seconds=0)
     finally:
         down = _playbook(lab_nodes.inventory, "down", extravars)
     _ok(down)
     for host in hosts:
-        assert _ssh(lab_nodes, host, "test -e /opt/decice-scheduler && echo left || true") == ""
-        assert _ssh(lab_nodes, host, "ls /etc/systemd/system | grep decice || true") == ""
-        units = _ssh(lab_nodes, host, "systemctl list-units --all --plain --no-legend")
+        assert ssh(lab_nodes, host, "test -e /opt/decice-scheduler && echo left || true") == ""
+        assert ssh(lab_nodes, host, "ls /etc/systemd/system | grep decice || true") == ""
+        units = ssh(lab_nodes, host, "systemctl list-units --all --plain --no-legend")
         assert "decice-scheduler" not in units
-        assert _ssh(lab_nodes, host, "pgrep -f '[d]ecice-scheduler' || true") == ""
+        assert ssh(lab_nodes, host, "pgrep -f '[d]ecice-scheduler' || true") == ""
     leases = coord.list_namespaced_lease("kube-system").items
     assert "decice-scheduler" not in {lease.metadata.name for lease in leases}
 

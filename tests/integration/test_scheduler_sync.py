@@ -8,245 +8,61 @@ its /metrics, /debug/state and POST /debug/audit. Each test uses its own node gr
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
-from prometheus_client.parser import text_string_to_metric_families
 
 from decice.sim.binaries import BinarySet
-from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
 from decice_scheduler.quantity import parse_cpu
-from tests.integration import test_sim_agent as sim_agent_tests
-from tests.support import require
+from tests.integration.schedsupport import cleanup_pods, group
+from tests.integration.simsupport import (
+    GROUP_LABEL,
+    SCHED,
+    SchedEnv,
+    SchedulerProc,
+    assert_no_drift,
+    http,
+    running_env,
+)
+from tests.support import wait_for
 
 pytestmark = pytest.mark.scheduler
 
 NS = "sched-test"
-SCHED = "decice-scheduler"
-GROUP_LABEL = "decice.io/sim-group"
 HOLD = "decice.io/test-hold"
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _group(prefix: str, count: int, cpu: str = "2", memory: str = "8Gi") -> dict[str, Any]:
-    return {
-        "name_prefix": prefix,
-        "count": count,
-        "capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
-    }
 
 
 GROUPS = [
-    _group("fin", 1),
-    _group("del", 1),
-    _group("slow", 1, cpu="8"),
-    _group("mix", 4, cpu="4"),
-    _group("chg", 2),
-    _group("churn", 10, cpu="8", memory="32Gi"),
-    _group("le", 1, cpu="8"),
+    group("fin", 1),
+    group("del", 1),
+    group("slow", 1, cpu="8"),
+    group("mix", 4, cpu="4"),
+    group("chg", 2),
+    group("churn", 10, cpu="8", memory="32Gi"),
+    group("le", 1, cpu="8"),
 ]
-
-
-# ---------------------------------------------------------------- processes
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(what: str, fn: Callable[[], Any], timeout: float = 30.0, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)
-
-
-def http(port: int, path: str, method: str = "GET", timeout: float = 60.0) -> tuple[int, bytes]:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, b""
-    except OSError:
-        return 0, b""
-
-
-@dataclass
-class SchedulerProc:
-    """One decice-scheduler process (restartable with the same arguments)."""
-
-    kubeconfig: Path
-    workdir: Path
-    name: str = SCHED
-    extra: tuple[str, ...] = ()
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
-    starts: int = 0
-
-    @property
-    def log(self) -> Path:
-        return self.workdir / f"{self.name}.log"
-
-    def start(self, wait_ready: bool = True) -> None:
-        self.starts += 1
-        out = self.log.open("ab")
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "scheduler")}
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "decice_scheduler",
-                "--kubeconfig",
-                str(self.kubeconfig),
-                "--scheduler-name",
-                self.name,
-                "--metrics-host",
-                "127.0.0.1",
-                "--metrics-port",
-                str(self.port),
-                "--audit-interval",
-                "0",
-                "--watch-timeout",
-                "20",
-                "--max-backoff",
-                "2",
-                "--qps",
-                "200",
-                "--burst",
-                "400",
-                *self.extra,
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-        if wait_ready:
-            wait_for(f"{self.name} ready", self.ready, timeout=60)
-
-    def ready(self) -> bool:
-        assert self.proc is not None and self.proc.poll() is None, self.log.read_text()[-3000:]
-        return http(self.port, "/readyz")[0] == 200
-
-    def stop(self) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise
-
-    def metrics(self) -> dict[str, float]:
-        status, body = http(self.port, "/metrics")
-        assert status == 200
-        out: dict[str, float] = {}
-        for family in text_string_to_metric_families(body.decode()):
-            for sample in family.samples:
-                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-                out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
-        return out
-
-    def state(self) -> dict[str, Any]:
-        status, body = http(self.port, "/debug/state")
-        assert status == 200
-        return dict(json.loads(body))
-
-    def audit(self) -> dict[str, Any]:
-        status, body = http(self.port, "/debug/audit", method="POST")
-        assert status == 200, body
-        return dict(json.loads(body))
-
-
-def start_agent(
-    info: ControlPlaneInfo, workdir: Path, groups: Sequence[Mapping[str, Any]] = GROUPS
-) -> subprocess.Popen[bytes]:
-    """Run the sim node agent for ``groups`` as its real subprocess; wait until ready."""
-    proc, _status = sim_agent_tests.start_agent(info, workdir, [dict(g) for g in groups])
-    return proc
 
 
 # ---------------------------------------------------------------- fixtures
 
 
-@dataclass
-class Env:
-    cp: ControlPlane
-    info: ControlPlaneInfo
-    core: client.CoreV1Api
-    workdir: Path
-    sched: SchedulerProc
-
-
 @pytest.fixture(scope="module")
-def env(sim_binaries: BinarySet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    binaries = sim_binaries
-    require("kube-scheduler" in binaries, "kube-scheduler binary")
-    workdir = tmp_path_factory.mktemp("sched")
-    cp = ControlPlane(workdir / "cp", binaries, scheduler=True, node_lifecycle=False)
-    info = cp.start()
-    agent = None
-    sched = None
-    try:
-        core = client.CoreV1Api(config.new_client_from_config(config_file=str(info.kubeconfig)))
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
-        wait_for(
-            "default service account",
-            lambda: (
-                core.list_namespaced_service_account(
-                    NS, field_selector="metadata.name=default"
-                ).items
-            ),
-        )
-        agent = start_agent(info, workdir)
-        sched = SchedulerProc(info.kubeconfig, workdir)
-        sched.start()
-        yield Env(cp, info, core, workdir, sched)
-    finally:
-        if sched is not None and sched.proc is not None:
-            sched.stop()
-        if agent is not None:
-            agent.send_signal(signal.SIGTERM)
-            try:
-                agent.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                agent.kill()
-        cp.stop()
+def env(sim_binaries: BinarySet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchedEnv]:
+    with running_env(sim_binaries, tmp_path_factory.mktemp("sched"), GROUPS, (NS,)) as e:
+        yield e
 
 
 @pytest.fixture
-def core(env: Env) -> Iterator[client.CoreV1Api]:
+def core(env: SchedEnv) -> Iterator[client.CoreV1Api]:
     """The API; every pod of the test namespace is removed afterwards."""
     yield env.core
-    for pod in env.core.list_namespaced_pod(NS).items:
-        if pod.metadata.finalizers:
-            _patch_finalizers(env.core, pod.metadata.name, [])
-        with contextlib.suppress(ApiException):
-            env.core.delete_namespaced_pod(pod.metadata.name, NS, grace_period_seconds=0)
-    wait_for("pods gone", lambda: not env.core.list_namespaced_pod(NS).items, timeout=60)
+    cleanup_pods(env)
 
 
 # ---------------------------------------------------------------- helpers
@@ -335,12 +151,6 @@ def _patch_finalizers(core: client.CoreV1Api, name: str, finalizers: list[str]) 
             raise
 
 
-def assert_no_drift(sched: SchedulerProc) -> dict[str, Any]:
-    result = sched.audit()
-    assert result["drift_nodes"] == 0, result["drift"]
-    return result
-
-
 def committed(core: client.CoreV1Api) -> dict[str, tuple[int, int]]:
     """node -> (millicores requested by bound non-terminal pods, allocatable millicores)."""
     alloc = {
@@ -361,7 +171,7 @@ def committed(core: client.CoreV1Api) -> dict[str, tuple[int, int]]:
 # ---------------------------------------------------------------- tests
 
 
-def test_finished_pods_free_their_resources(env: Env, core: client.CoreV1Api) -> None:
+def test_finished_pods_free_their_resources(env: SchedEnv, core: client.CoreV1Api) -> None:
     # one node with 2 cpu: each pod takes 1.5, so the next fits only once the last ended
     create(core, make_pod("ok", "fin", cpu="1500m", annotations={"decice.io/sim-duration": "3s"}))
     assert wait_bound(core, "ok") == "fin-0"
@@ -384,7 +194,9 @@ def test_finished_pods_free_their_resources(env: Env, core: client.CoreV1Api) ->
     assert_no_drift(env.sched)
 
 
-def test_deleted_pending_running_and_terminating_pods(env: Env, core: client.CoreV1Api) -> None:
+def test_deleted_pending_running_and_terminating_pods(
+    env: SchedEnv, core: client.CoreV1Api
+) -> None:
     before = env.sched.metrics()
     # pending: never fits; deleting it leaves nothing queued
     create(core, make_pod("pending", "del", cpu="3"))
@@ -423,7 +235,7 @@ def test_deleted_pending_running_and_terminating_pods(env: Env, core: client.Cor
     assert_no_drift(env.sched)
 
 
-def test_pods_deleted_during_their_bind(env: Env, core: client.CoreV1Api) -> None:
+def test_pods_deleted_during_their_bind(env: SchedEnv, core: client.CoreV1Api) -> None:
     # a slow binder (1 bind/s): pods are assumed at once and deleted while their bind waits
     slow = SchedulerProc(env.info.kubeconfig, env.workdir, name="decice-slow")
     slow.extra = ("--qps", "1", "--burst", "1")
@@ -458,7 +270,7 @@ def test_pods_deleted_during_their_bind(env: Env, core: client.CoreV1Api) -> Non
 
 
 def test_other_scheduler_on_the_same_nodes_never_overcommits(
-    env: Env, core: client.CoreV1Api
+    env: SchedEnv, core: client.CoreV1Api
 ) -> None:
     # 4 nodes x 4 cpu = 32 slots of 500m. First the stock kube-scheduler places 20 pods;
     # then 20 of ours and 8 more of theirs come at once: ours must count theirs.
@@ -504,7 +316,7 @@ def test_other_scheduler_on_the_same_nodes_never_overcommits(
     assert_no_drift(env.sched)
 
 
-def test_node_cordoned_resized_and_removed(env: Env, core: client.CoreV1Api) -> None:
+def test_node_cordoned_resized_and_removed(env: SchedEnv, core: client.CoreV1Api) -> None:
     # two nodes with 2 cpu each
     core.patch_node("chg-0", {"spec": {"unschedulable": True}})
     create(core, make_pod("c1", "chg", cpu="1500m"))
@@ -537,7 +349,7 @@ def test_node_cordoned_resized_and_removed(env: Env, core: client.CoreV1Api) -> 
     assert_no_drift(env.sched)
 
 
-def test_failed_scheduling_event_names_the_reasons(env: Env, core: client.CoreV1Api) -> None:
+def test_failed_scheduling_event_names_the_reasons(env: SchedEnv, core: client.CoreV1Api) -> None:
     create(core, make_pod("huge", None, cpu="1000"))
 
     def event() -> Any:
@@ -554,7 +366,7 @@ def test_failed_scheduling_event_names_the_reasons(env: Env, core: client.CoreV1
     assert ev.involved_object.kind == "Pod"
 
 
-def test_metrics_and_health_endpoints(env: Env, core: client.CoreV1Api) -> None:
+def test_metrics_and_health_endpoints(env: SchedEnv, core: client.CoreV1Api) -> None:
     create(core, make_pod("m1", "churn"), make_pod("m2", "churn", cpu="100"))
     wait_bound(core, "m1")
     wait_for(
@@ -574,7 +386,7 @@ def test_metrics_and_health_endpoints(env: Env, core: client.CoreV1Api) -> None:
     assert any(k.startswith("decice_scheduler_queue_depth") for k in m)
 
 
-def test_audit_finds_no_drift_after_churn(env: Env, core: client.CoreV1Api) -> None:
+def test_audit_finds_no_drift_after_churn(env: SchedEnv, core: client.CoreV1Api) -> None:
     pods = []
     for i in range(120):
         ann = {}
@@ -617,7 +429,7 @@ def test_audit_finds_no_drift_after_churn(env: Env, core: client.CoreV1Api) -> N
     assert result["pods"] >= 50
 
 
-def test_restart_rebuilds_the_same_state(env: Env, core: client.CoreV1Api) -> None:
+def test_restart_rebuilds_the_same_state(env: SchedEnv, core: client.CoreV1Api) -> None:
     create(core, *(make_pod(f"keep-{i}", "churn", cpu="250m") for i in range(12)))
     for i in range(12):
         wait_bound(core, f"keep-{i}")
@@ -633,7 +445,7 @@ def test_restart_rebuilds_the_same_state(env: Env, core: client.CoreV1Api) -> No
     assert_no_drift(env.sched)
 
 
-def test_leader_election_one_active_then_failover(env: Env, core: client.CoreV1Api) -> None:
+def test_leader_election_one_active_then_failover(env: SchedEnv, core: client.CoreV1Api) -> None:
     lease = (
         "--leader-elect",
         "--lock-namespace",
@@ -669,11 +481,11 @@ def test_leader_election_one_active_then_failover(env: Env, core: client.CoreV1A
         assert standby.metrics()["decice_scheduler_scheduled_total"] == 1
     finally:
         for s in (a, b):
-            if s.proc is not None and s.proc.poll() is None:
+            if s.running():
                 s.stop()
 
 
-def test_relist_after_410_gone_leaves_no_drift(env: Env, core: client.CoreV1Api) -> None:
+def test_relist_after_410_gone_leaves_no_drift(env: SchedEnv, core: client.CoreV1Api) -> None:
     """The scheduler is frozen (SIGSTOP) while pods and a node change and the API server
     restarts: its watches resume from a resourceVersion older than the new watch cache,
     get 410 Gone, and relist; the gap's deletions must be applied."""

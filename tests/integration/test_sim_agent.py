@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +19,8 @@ from decice.sim.agent import agent_client, register_nodes
 from decice.sim.binaries import BinarySet
 from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
 from decice.spec_model import SimNodeGroup
-from tests.support import require
+from tests.integration.simsupport import create_namespace, start_agent, stop_process
+from tests.support import require, wait_for
 
 NS = "agent-test"
 GROUPS = [
@@ -38,47 +36,6 @@ GROUPS = [
 
 
 # ---------------------------------------------------------------- fixtures
-
-
-def start_agent(
-    info: ControlPlaneInfo, workdir: Path, groups: list[dict[str, Any]], *extra: str
-) -> tuple[subprocess.Popen[bytes], Path]:
-    nodes_file, status = workdir / "nodes.json", workdir / "agent-status.json"
-    nodes_file.write_text(json.dumps({"nodes": groups}))
-    log = (workdir / "agent.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "decice.sim.agent",
-            "--kubeconfig",
-            str(info.kubeconfig),
-            "--nodes-file",
-            str(nodes_file),
-            "--status-file",
-            str(status),
-            *extra,
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-
-    def ready() -> bool:
-        assert proc.poll() is None, (workdir / "agent.log").read_text()
-        return status.exists() and json.loads(status.read_text()).get("ready")
-
-    wait_for("agent ready", ready, timeout=60)
-    return proc, status
-
-
-def stop_agent(proc: subprocess.Popen[bytes]) -> int:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise
 
 
 @pytest.fixture(scope="module")
@@ -99,13 +56,7 @@ def control_plane(
 @pytest.fixture(scope="module")
 def core(control_plane: ControlPlaneInfo) -> client.CoreV1Api:
     api = client.CoreV1Api(config.new_client_from_config(config_file=str(control_plane.kubeconfig)))
-    api.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
-    wait_for(
-        "default service account",
-        lambda: (
-            api.list_namespaced_service_account(NS, field_selector="metadata.name=default").items
-        ),
-    )
+    create_namespace(api, NS)
     return api
 
 
@@ -120,24 +71,13 @@ def agent(
     try:
         yield status
     finally:
-        code = stop_agent(proc)
+        code = stop_process(proc)
     assert code == 0
     final = json.loads(status.read_text())
     assert final.get("stopped") is True and final["ready"] is False
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def wait_for(what: str, fn: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def make_pod(
@@ -366,5 +306,5 @@ def test_lease_heartbeats_when_node_lifecycle_runs(sim_binaries: BinarySet, tmp_
         wait_for("not-ready taint lifted", untainted, timeout=60)
     finally:
         if proc is not None:
-            assert stop_agent(proc) == 0
+            assert stop_process(proc) == 0
         cp.stop()

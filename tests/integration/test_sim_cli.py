@@ -3,47 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client, config
 
-from tests.support import require
+from tests.integration.simsupport import require_sim
+from tests.support import pid_alive, run_decice, wait_for
 
 pytestmark = pytest.mark.sim
-
-DECICE = [sys.executable, "-m", "decice"]
-
-
-def _decice(cwd: Path, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*DECICE, *args], capture_output=True, text=True, cwd=cwd, check=False, timeout=timeout
-    )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] not in {"Z", "X"}
-
-
-def _wait(what: str, fn: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.3)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 SPEC_500 = """\
@@ -62,19 +31,16 @@ sim:
 
 @pytest.fixture(scope="module")
 def sim500(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    require(
-        shutil.which("apt-get") is not None or bool(os.environ.get("DECICE_K8S_BIN_DIR")),
-        "the sim target needs Debian's apt (offline build) or DECICE_K8S_BIN_DIR",
-    )
+    require_sim()
     work = tmp_path_factory.mktemp("sim500")
     (work / "decice.yaml").write_text(SPEC_500)
-    up = _decice(work, "up", "--skip", "addons,scheduler", "--json")
+    up = run_decice(work, "up", "--skip", "addons,scheduler", "--json")
     assert up.returncode == 0, up.stderr
-    status = json.loads(_decice(work, "status", "--json").stdout)
+    status = json.loads(run_decice(work, "status", "--json").stdout)
     try:
         yield work, json.loads(up.stdout), status
     finally:
-        _decice(work, "reset", "--yes")
+        run_decice(work, "reset", "--yes")
 
 
 def test_500_nodes_ready_and_pods_placed(sim500: Any) -> None:
@@ -104,7 +70,7 @@ def test_500_nodes_ready_and_pods_placed(sim500: Any) -> None:
         pod = api.read_namespaced_pod("small", "default")
         return bool(pod.spec.node_name) and pod.status.phase == "Running"
 
-    _wait("the default-scheduler pod to run", running)
+    wait_for("the default-scheduler pod to run", running, timeout=60)
 
     big = {
         "apiVersion": "v1",
@@ -129,52 +95,49 @@ def test_500_nodes_ready_and_pods_placed(sim500: Any) -> None:
         pod = api.read_namespaced_pod("big", "default")
         return pod if pod.status.phase == "Failed" else None
 
-    pod = _wait("the over-committed pod to be rejected", rejected)
+    pod = wait_for("the over-committed pod to be rejected", rejected, timeout=60)
     assert pod.status.reason == "OutOfcpu"
 
 
 def test_up_again_changes_nothing(sim500: Any) -> None:
     work, _first, _ = sim500
-    again = _decice(work, "up", "--skip", "addons,scheduler", "--json")
+    again = run_decice(work, "up", "--skip", "addons,scheduler", "--json")
     assert again.returncode == 0, again.stderr
     record = json.loads(again.stdout)
     assert record["phases"][3]["name"] == "kubernetes"
     assert record["phases"][3]["status"] == "ok"
-    status = json.loads(_decice(work, "status", "--json").stdout)
+    status = json.loads(run_decice(work, "status", "--json").stdout)
     pids = [c["pid"] for c in status["sim"]["control_plane"]["components"]]
-    assert all(_alive(pid) for pid in pids)
+    assert all(pid_alive(pid) for pid in pids)
 
 
 def test_up_down_reset_leaves_no_process_and_no_data(tmp_path: Path) -> None:
-    require(
-        shutil.which("apt-get") is not None or bool(os.environ.get("DECICE_K8S_BIN_DIR")),
-        "the sim target needs Debian's apt (offline build) or DECICE_K8S_BIN_DIR",
-    )
-    up = _decice(tmp_path, "up", "--json")  # the built-in default spec
+    require_sim()
+    up = run_decice(tmp_path, "up", "--json")  # the built-in default spec
     assert up.returncode == 0, up.stderr
     record = json.loads(up.stdout)
     assert record["status"] in {"ok", "incomplete"}
     if record["status"] == "incomplete":
         assert record["not_done"], "incomplete runs must say what was not done"
-    status = json.loads(_decice(tmp_path, "status", "--json").stdout)
+    status = json.loads(run_decice(tmp_path, "status", "--json").stdout)
     sim = status["sim"]
     assert sim["control_plane"]["running"]
     assert sum(v["total"] for v in sim["nodes"].values()) == 8
     pids = [c["pid"] for c in sim["control_plane"]["components"]]
     pids.append(sim["agent"]["status"]["pid"])
-    assert all(_alive(pid) for pid in pids)
+    assert all(pid_alive(pid) for pid in pids)
 
-    dirty = _decice(tmp_path, "verify")
+    dirty = run_decice(tmp_path, "verify")
     assert dirty.returncode == 1
     assert "not a clean slate" in dirty.stderr
 
-    down = _decice(tmp_path, "down", "--json")
+    down = run_decice(tmp_path, "down", "--json")
     assert down.returncode == 0, down.stderr
-    reset = _decice(tmp_path, "reset", "--yes", "--json")
+    reset = run_decice(tmp_path, "reset", "--yes", "--json")
     assert reset.returncode == 0, reset.stderr
-    _wait("every sim process to exit", lambda: not any(_alive(pid) for pid in pids), 30)
+    wait_for("every sim process to exit", lambda: not any(pid_alive(pid) for pid in pids), 30)
     assert not (tmp_path / ".decice" / "sim").exists()
     assert not (tmp_path / ".decice" / "kubeconfig").exists()
-    clean = _decice(tmp_path, "verify", "--json")
+    clean = run_decice(tmp_path, "verify", "--json")
     assert clean.returncode == 0, clean.stderr
     assert json.loads(clean.stdout)["phases"][0]["note"].startswith("clean:")

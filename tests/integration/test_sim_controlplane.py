@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import stat
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,27 +25,13 @@ from decice.sim.controlplane import (
 )
 from decice.sim.pki import Pki
 from decice.sim.procs import ProcessRecord, is_alive, spawn, terminate
+from tests.integration.simsupport import create_namespace
+from tests.support import pid_alive, wait_for
+
+# controllers of a fresh control plane take their time (seconds to wait for them)
+SLOW = 90.0
 
 # ---------------------------------------------------------------- helpers
-
-
-def wait_for(what: str, fn: Callable[[], Any], timeout: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.5)
-
-
-def pid_running(pid: int) -> bool:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return text.rsplit(")", 1)[1].split()[0] not in {"Z", "X"}
 
 
 def fake_node(name: str) -> client.V1Node:
@@ -113,16 +97,8 @@ def test_lifecycle_namespace_node_deployment_stop_remove(
 
         api = config.new_client_from_config(config_file=str(info.kubeconfig))
         core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="exp1")))
         # service-account + token controllers (controller-manager with the SA key) at work
-        wait_for(
-            "default service account",
-            lambda: (
-                core.list_namespaced_service_account(
-                    "exp1", field_selector="metadata.name=default"
-                ).items
-            ),
-        )
+        create_namespace(core, "exp1", timeout=SLOW)
 
         core.create_node(fake_node("sim-node-1"))
         node = core.read_node("sim-node-1")
@@ -133,12 +109,13 @@ def test_lifecycle_namespace_node_deployment_stop_remove(
             taints = core.read_node("sim-node-1").spec.taints or []
             return not any(t.key == "node.kubernetes.io/not-ready" for t in taints)
 
-        wait_for("node-lifecycle controller to lift the not-ready taint", untainted)
+        wait_for("node-lifecycle controller to lift the not-ready taint", untainted, SLOW)
 
         apps.create_namespaced_deployment("exp1", deployment("web", 3))
         rs = wait_for(
             "a ReplicaSet of deployment web",
             lambda: apps.list_namespaced_replica_set("exp1", label_selector="app=web").items,
+            SLOW,
         )[0]
         assert rs.metadata.owner_references[0].kind == "Deployment"
         pods = wait_for(
@@ -146,6 +123,7 @@ def test_lifecycle_namespace_node_deployment_stop_remove(
             lambda: (lambda items: items if len(items) == 3 else None)(
                 core.list_namespaced_pod("exp1", label_selector="app=web").items
             ),
+            SLOW,
         )
         assert all(p.metadata.owner_references[0].name == rs.metadata.name for p in pods)
         assert all(p.status.phase == "Pending" and not p.spec.node_name for p in pods)
@@ -155,11 +133,12 @@ def test_lifecycle_namespace_node_deployment_stop_remove(
         wait_for(
             "GC of the ReplicaSet",
             lambda: not apps.list_namespaced_replica_set("exp1", label_selector="app=web").items,
+            SLOW,
         )
     finally:
         pids = [r.pid for r in cp.info().processes.values()] if cp.info() else []
         cp.stop()
-    assert pids and not [p for p in pids if pid_running(p)]
+    assert pids and not [p for p in pids if pid_alive(p)]
     status = cp.status()
     assert not status.running and not status.components
     cp.stop()  # idempotent
@@ -201,7 +180,7 @@ def test_stock_scheduler_binds_without_controller_manager(
         )
     finally:
         cp.stop()
-    assert not [r.pid for r in info.processes.values() if pid_running(r.pid)]
+    assert not [r.pid for r in info.processes.values() if pid_alive(r.pid)]
     remove_data_dir(tmp_path / "sched")
 
 
@@ -215,11 +194,11 @@ def test_start_after_a_crash_or_option_change_restarts_and_keeps_the_data(
         core = client.CoreV1Api(config.new_client_from_config(config_file=str(first.kubeconfig)))
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="kept")))
         os.kill(first.processes["kube-apiserver"].pid, signal.SIGKILL)
-        wait_for("the killed apiserver to be seen as down", lambda: not cp.status().running)
+        wait_for("the killed apiserver to be seen as down", lambda: not cp.status().running, SLOW)
         second = cp.start()
         assert second.processes["kube-apiserver"].pid != first.processes["kube-apiserver"].pid
         assert second.server == first.server  # ports reused while free
-        assert not pid_running(first.processes["etcd"].pid)  # leftovers were stopped
+        assert not pid_alive(first.processes["etcd"].pid)  # leftovers were stopped
         core = client.CoreV1Api(config.new_client_from_config(config_file=str(second.kubeconfig)))
         assert core.read_namespace("kept").metadata.name == "kept"
         # other options for the same data dir: restarted with them, not silently kept
@@ -270,7 +249,7 @@ def test_pid_reuse_guard_never_signals_a_stranger(tmp_path: Path) -> None:
     other_exe = ProcessRecord(rec.name, rec.pid, "/bin/true", rec.start_ticks, rec.log)
     assert terminate(other_exe) is False and is_alive(rec)
     assert terminate(rec, timeout=5) is True
-    assert not pid_running(rec.pid)
+    assert not pid_alive(rec.pid)
 
 
 @pytest.mark.unit

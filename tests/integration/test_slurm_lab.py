@@ -9,7 +9,7 @@ import pytest
 
 from decice import lab
 from decice.lab.podman import Podman, write_containers_conf
-from tests.integration.conftest import lab_name, require_lab_prerequisites
+from tests.integration.labsupport import lab_name, require_lab_prerequisites
 
 pytestmark = pytest.mark.slurm
 

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import http.server
-import io
-import tarfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,31 +14,15 @@ from decice import mirror as mirrors
 from decice.errors import InputError
 from decice.kubespray import run, source, venv
 from decice.spec_model import MirrorSpec
+from tests.kubespray_standin import COMMIT, STANDIN, TAG, make_archive
 
 pytestmark = pytest.mark.unit
-
-STANDIN = Path(__file__).resolve().parents[1] / "data" / "kubespray-standin"
-COMMIT = "0c6a29553f90c55cba5e0e359470321dc7cf7d29"
-TAG = "v2.29.1"
 
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path, monkeypatch):
     monkeypatch.setenv("DECICE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv(source.ENV_DIR, raising=False)
-
-
-def make_archive(path: Path, *, commit: str | None = COMMIT, extra: bytes | None = None) -> str:
-    """A GitHub-style tag archive of the stand-in (one top dir, commit in the pax header)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    headers = {"comment": commit} if commit else {}
-    with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT, pax_headers=headers) as tar:
-        tar.add(STANDIN, arcname="kubespray-2.29.1")
-        if extra is not None:
-            info = tarfile.TarInfo("../escape.txt")
-            info.size = len(extra)
-            tar.addfile(info, io.BytesIO(extra))
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def pin(sha: str | None = None, commit: str | None = COMMIT) -> source.Pin:

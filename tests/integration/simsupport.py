@@ -1,0 +1,228 @@
+"""The sim harness of the integration tests: the node agent and decice-scheduler as their
+real processes (command lines from :mod:`decice.sim.nodes_service` and
+:mod:`decice.sim.scheduler_service`) against a real control plane.
+
+- :func:`start_agent` / :func:`stop_process`: the node agent for some node groups;
+- :class:`SchedulerProc`: one decice-scheduler process (restartable), its /metrics,
+  /debug/state and POST /debug/audit;
+- :func:`running_env`: control plane (with the stock kube-scheduler), node agent and
+  decice-scheduler, torn down again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+from prometheus_client.parser import text_string_to_metric_families
+
+from decice.sim.binaries import BinarySet
+from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
+from decice.sim.nodes_service import agent_argv, read_status_file
+from decice.sim.scheduler_service import free_port, scheduler_argv
+from tests.support import require, wait_for
+
+SCHED = "decice-scheduler"
+GROUP_LABEL = "decice.io/sim-group"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def require_sim() -> None:
+    """The sim's control-plane binaries come from DECICE_K8S_BIN_DIR, the cache or an
+    offline build with Debian's apt."""
+    require(
+        shutil.which("apt-get") is not None or bool(os.environ.get("DECICE_K8S_BIN_DIR")),
+        "the sim target needs Debian's apt (offline build) or DECICE_K8S_BIN_DIR",
+    )
+
+
+# ---------------------------------------------------------------- processes
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> int:
+    """SIGTERM, wait up to 20 s for the exit code; else SIGKILL and raise TimeoutExpired."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+
+
+def start_agent(
+    info: ControlPlaneInfo, workdir: Path, groups: Sequence[Mapping[str, Any]], *extra: str
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """Run the node agent for ``groups``; wait until ready. Returns it and its status file."""
+    nodes_file, status = workdir / "nodes.json", workdir / "agent-status.json"
+    nodes_file.write_text(json.dumps({"nodes": [dict(g) for g in groups]}))
+    log = (workdir / "agent.log").open("wb")
+    proc = subprocess.Popen(
+        agent_argv(info.kubeconfig, nodes_file, status, extra),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+    def ready() -> bool:
+        assert proc.poll() is None, (workdir / "agent.log").read_text()
+        return bool((read_status_file(status) or {}).get("ready"))
+
+    wait_for("agent ready", ready, timeout=60)
+    return proc, status
+
+
+def http(port: int, path: str, method: str = "GET", timeout: float = 60.0) -> tuple[int, bytes]:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, b""
+    except OSError:
+        return 0, b""
+
+
+@dataclass
+class SchedulerProc:
+    """One decice-scheduler process (restartable with the same arguments)."""
+
+    kubeconfig: Path
+    workdir: Path
+    name: str = SCHED
+    extra: tuple[str, ...] = ()
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+    def start(self, wait_ready: bool = True) -> None:
+        self.starts += 1
+        out = self.log.open("ab")
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "scheduler")}
+        flags = ("--audit-interval", "0", "--watch-timeout", "20", "--max-backoff", "2")
+        argv = scheduler_argv(
+            self.kubeconfig,
+            self.port,
+            name=self.name,
+            qps=200,
+            burst=400,
+            extra=(*flags, *self.extra),
+        )
+        self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        if wait_ready:
+            wait_for(f"{self.name} ready", self.ready, timeout=60)
+
+    def ready(self) -> bool:
+        assert self.proc is not None and self.proc.poll() is None, self.log.read_text()[-3000:]
+        return http(self.port, "/readyz")[0] == 200
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        return stop_process(self.proc)
+
+    def metrics(self) -> dict[str, float]:
+        status, body = http(self.port, "/metrics")
+        assert status == 200
+        out: dict[str, float] = {}
+        for family in text_string_to_metric_families(body.decode()):
+            for sample in family.samples:
+                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+        return out
+
+    def state(self) -> dict[str, Any]:
+        status, body = http(self.port, "/debug/state")
+        assert status == 200
+        return dict(json.loads(body))
+
+    def audit(self) -> dict[str, Any]:
+        status, body = http(self.port, "/debug/audit", method="POST")
+        assert status == 200, body
+        return dict(json.loads(body))
+
+
+def assert_no_drift(sched: SchedulerProc) -> dict[str, Any]:
+    result = sched.audit()
+    assert result["drift_nodes"] == 0, result["drift"]
+    return result
+
+
+# ---------------------------------------------------------------- environment
+
+
+def _has_default_sa(core: client.CoreV1Api, ns: str) -> Callable[[], bool]:
+    def check() -> bool:
+        found = core.list_namespaced_service_account(ns, field_selector="metadata.name=default")
+        return bool(found.items)
+
+    return check
+
+
+def create_namespace(
+    core: client.CoreV1Api, ns: str, timeout: float = 30.0, every: float = 0.2
+) -> None:
+    """Create ``ns`` and wait for its default service account (pods need it)."""
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    wait_for(f"default service account in {ns}", _has_default_sa(core, ns), timeout, every)
+
+
+@dataclass
+class SchedEnv:
+    cp: ControlPlane
+    info: ControlPlaneInfo
+    core: client.CoreV1Api
+    api: client.ApiClient
+    workdir: Path
+    sched: SchedulerProc
+    agent: subprocess.Popen[bytes]
+    namespaces: tuple[str, ...]
+
+
+@contextlib.contextmanager
+def running_env(
+    binaries: BinarySet,
+    workdir: Path,
+    groups: Sequence[Mapping[str, Any]],
+    namespaces: Sequence[str],
+    sched_extra: Sequence[str] = (),
+) -> Iterator[SchedEnv]:
+    """Control plane (with the stock kube-scheduler), node agent and decice-scheduler."""
+    require("kube-scheduler" in binaries, "kube-scheduler binary")
+    cp = ControlPlane(workdir / "cp", binaries, scheduler=True, node_lifecycle=False)
+    info = cp.start()
+    agent = None
+    sched = None
+    try:
+        api = config.new_client_from_config(config_file=str(info.kubeconfig))
+        core = client.CoreV1Api(api)
+        for ns in namespaces:
+            create_namespace(core, ns)
+        agent, _status = start_agent(info, workdir, groups)
+        sched = SchedulerProc(info.kubeconfig, workdir, extra=tuple(sched_extra))
+        sched.start()
+        yield SchedEnv(cp, info, core, api, workdir, sched, agent, tuple(namespaces))
+    finally:
+        if sched is not None and sched.running():
+            sched.stop()
+        if agent is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                stop_process(agent)
+        cp.stop()
