@@ -16,11 +16,14 @@ import stat
 import subprocess
 import sys
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import yaml
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from tests.support import require
 
@@ -95,6 +98,84 @@ def _load_filter(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# --- collections named by FQCN ---------------------------------------------------------
+
+_NAME = r"[a-z_][a-z0-9_]*"
+_FQCN = re.compile(rf"({_NAME}\.{_NAME})\.{_NAME}")
+# a filter, a test, a lookup or query inside a Jinja expression
+_JINJA_USE = re.compile(
+    rf"(?:\|\s*|\bis\s+(?:not\s+)?|\b(?:lookup|query|q)\(\s*['\"])({_NAME}\.{_NAME})\.{_NAME}"
+)
+_PYTHON_IMPORT = re.compile(rf"\bansible_collections\.({_NAME}\.{_NAME})\.")
+# ansible-core's own collections and this one: never dependencies
+_NOT_DEPENDENCIES = {"ansible.builtin", "ansible.legacy", "decice.hybrid"}
+
+
+def _collection_of(value: object) -> Iterator[str]:
+    """The collection of a role or playbook named by FQCN (``ns.coll.name...``), if any."""
+    match = _FQCN.match(value) if isinstance(value, str) else None
+    if match:
+        yield match.group(1)
+
+
+def _yaml_collections(node: object, in_list: bool = False) -> Iterator[str]:
+    """Collections a YAML document uses: a task's module or action (an FQCN key of a list
+    item, so sysctl names like ``net.ipv4.ip_forward`` in dicts do not count), roles
+    (``roles:``, ``role:``, ``include_role``/``import_role``), ``import_playbook`` and
+    ``collections:``."""
+    if isinstance(node, list):
+        for item in node:
+            yield from _yaml_collections(item, in_list=True)
+        return
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        name = str(key)
+        if in_list:
+            match = _FQCN.fullmatch(name)
+            if match:
+                yield match.group(1)
+            if name == "role":
+                yield from _collection_of(value)
+        if name == "roles" and isinstance(value, list):
+            for role in value:
+                yield from _collection_of(role)
+        if name.endswith(("include_role", "import_role")) and isinstance(value, dict):
+            yield from _collection_of(value.get("name"))
+        if name.endswith("import_playbook"):
+            yield from _collection_of(value)
+        if name == "collections" and isinstance(value, list):
+            yield from (str(c) for c in value)
+        yield from _yaml_collections(value)
+
+
+def _collections_used(root: Path) -> dict[str, set[str]]:
+    """Collection -> files (relative to ``root``) of the roles, playbooks and plugins that
+    name it by FQCN, leaving out ansible-core's own and ``decice.hybrid``."""
+    used: dict[str, set[str]] = {}
+    paths = [
+        p for part in ("roles", "playbooks", "plugins") for p in sorted((root / part).rglob("*"))
+    ]
+    for path in (p for p in paths if p.is_file()):
+        text = path.read_text(errors="replace")
+        names: list[str] = []
+        if path.suffix in {".yml", ".yaml"}:
+            for document in yaml.safe_load_all(text):
+                names.extend(_yaml_collections(document))
+        if path.suffix in {".yml", ".yaml", ".j2"}:
+            names.extend(m.group(1) for m in _JINJA_USE.finditer(text))
+        if path.suffix == ".py":
+            names.extend(m.group(1) for m in _PYTHON_IMPORT.finditer(text))
+        for name in set(names) - _NOT_DEPENDENCIES:
+            used.setdefault(name, set()).add(str(path.relative_to(root)))
+    return used
+
+
+def _declared_dependencies() -> dict[str, str]:
+    galaxy = yaml.safe_load((COLLECTION / "galaxy.yml").read_text())
+    return {str(k): str(v) for k, v in (galaxy.get("dependencies") or {}).items()}
 
 
 # --- static checks -------------------------------------------------------------------
@@ -181,6 +262,78 @@ def test_collection_builds(tmp_path: Path) -> None:
     ):
         assert required in names, f"{required} missing from {tarball.name}"
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+
+
+@pytest.mark.unit
+def test_collection_scan_finds_fqcns_in_tasks_roles_and_jinja(tmp_path: Path) -> None:
+    tasks = tmp_path / "roles" / "r" / "tasks"
+    tasks.mkdir(parents=True)
+    (tasks / "main.yml").write_text(
+        """---
+- name: A block
+  vars:
+    sysctls: {net.ipv4.ip_forward: "1"}
+    keys: [kernel.keys.root_maxbytes]
+  block:
+    - name: Firewall
+      community.general.ufw: {state: enabled}
+  rescue:
+    - name: Filter and lookup
+      ansible.builtin.debug:
+        msg: "{{ x | ansible.utils.ipaddr }} {{ lookup('community.hashi_vault.vault', 'k') }}"
+      when: x is not ansible.netcommon.resolvable
+- name: A role
+  ansible.builtin.include_role:
+    name: containers.podman.thing
+- name: This collection
+  ansible.builtin.include_role:
+    name: decice.hybrid.baseline
+"""
+    )
+    playbooks = tmp_path / "playbooks"
+    playbooks.mkdir()
+    (playbooks / "p.yml").write_text(
+        "- name: P\n  hosts: all\n  roles: [kubernetes.core.helm_role, {role: ansible.posix.r}]\n"
+    )
+    used = _collections_used(tmp_path)
+    assert set(used) == {
+        "community.general",
+        "ansible.utils",
+        "community.hashi_vault",
+        "ansible.netcommon",
+        "containers.podman",
+        "kubernetes.core",
+        "ansible.posix",
+    }
+    assert used["kubernetes.core"] == {"playbooks/p.yml"}
+
+
+@pytest.mark.unit
+def test_every_collection_used_is_declared_in_galaxy_yml() -> None:
+    """Every collection a role, playbook or plugin names by FQCN is a dependency."""
+    declared = _declared_dependencies()
+    missing = {
+        name: sorted(files)
+        for name, files in _collections_used(COLLECTION).items()
+        if name not in declared
+    }
+    assert not missing, f"used but not in galaxy.yml dependencies: {missing}"
+
+
+def test_declared_dependencies_are_installed_in_range() -> None:
+    """The collections galaxy.yml declares are installed (the `ansible` package) in range."""
+    result = _run(_tool("ansible-galaxy"), "collection", "list", "--format", "json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    installed: dict[str, str] = {}
+    for collections in json.loads(result.stdout).values():
+        for name, info in collections.items():
+            installed.setdefault(name, str(info["version"]))
+    declared = _declared_dependencies()
+    assert declared, "galaxy.yml declares no dependencies"
+    for name, spec in declared.items():
+        assert name in installed, f"{name} is declared in galaxy.yml but not installed"
+        specifiers = SpecifierSet(spec.replace(" ", ""))
+        assert Version(installed[name]) in specifiers, f"{name} {installed[name]} not in {spec}"
 
 
 def test_ansible_lint_production_is_clean() -> None:
@@ -325,3 +478,27 @@ def test_local_up_baseline_then_verify(tmp_path: Path) -> None:
     assert dirty.returncode != 0
     assert f"{tracked / 'etc-kubernetes'} directory" in dirty.stdout
     assert "localhost differs from its baseline in 1 section(s): paths" in dirty.stdout
+
+
+@pytest.mark.local
+def test_preflight_reports_a_host_that_cannot_become_root(tmp_path: Path) -> None:
+    """A become that fails is a `become` row of the table with the fix, not a crash."""
+    result = _playbook(
+        "up",
+        "--tags",
+        "preflight",
+        "-e",
+        json.dumps(
+            {
+                "decice_state_dir": str(tmp_path / "state"),
+                # become to another user through a missing program: fails like a refused sudo
+                "ansible_become_user": "nobody",
+                "ansible_become_exe": str(tmp_path / "no-such-sudo"),
+            }
+        ),
+    )
+    assert result.returncode != 0
+    assert "preflight: 1 check(s) failed on 1 host(s)" in result.stdout, result.stdout[-5000:]
+    assert re.search(r"localhost\s+become\s+fail\s+cannot become root: ", result.stdout)
+    assert "fix become on localhost: connect as root (ansible_user: root)" in result.stdout
+    assert _recap(result.stdout)["changed"] == 0
