@@ -1,6 +1,7 @@
 """Scheduling throughput: decice-scheduler vs the stock kube-scheduler (not a test).
 
-Method (docs/testbed.md): a fresh control plane per run (etcd + kube-apiserver, no
+Method (recorded with the results in bench/README.md, "Scheduler throughput vs the stock
+kube-scheduler"): a fresh control plane per run (etcd + kube-apiserver, no
 controller-manager), the same nodes (10 % with GPUs) and the same pending pods created
 while no scheduler runs; then one scheduler starts and the time until every pod has a
 nodeName is measured (via a watch). Runs alternate A, B, A, B. Pods stay bound-but-Pending
