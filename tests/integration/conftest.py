@@ -1,4 +1,4 @@
-"""Session fixtures for integration tests: podman lab nodes and a SLURM lab.
+"""Session fixtures for integration tests: podman lab nodes, a SLURM lab, the sim control plane.
 
 Each fixture brings its lab up once per test session (names carry the pid, so
 concurrent sessions do not collide) and destroys it at the end.
@@ -6,6 +6,7 @@ concurrent sessions do not collide) and destroys it at the end.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,28 +28,29 @@ def lab_state_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("labs")
 
 
-@pytest.fixture(scope="session")
-def lab_nodes(lab_state_root: Path) -> Iterator[lab.LabInfo]:
-    """Two plain systemd nodes reachable over SSH; see LabInfo for inventory/ssh config."""
+@contextlib.contextmanager
+def _lab(kind: str, nodes: int, slurm: bool, root: Path) -> Iterator[lab.LabInfo]:
     require_lab_prerequisites()
-    name = lab_name("n")
-    info = lab.create(name, 2, False, lab_state_root)
+    name = lab_name(kind)
+    info = lab.create(name, nodes, slurm, root)
     try:
         yield info
     finally:
-        lab.destroy(name, lab_state_root)
+        lab.destroy(name, root)
+
+
+@pytest.fixture(scope="session")
+def lab_nodes(lab_state_root: Path) -> Iterator[lab.LabInfo]:
+    """Two plain systemd nodes reachable over SSH; see LabInfo for inventory/ssh config."""
+    with _lab("n", 2, False, lab_state_root) as info:
+        yield info
 
 
 @pytest.fixture(scope="session")
 def slurm_cluster(lab_state_root: Path) -> Iterator[lab.LabInfo]:
     """A three-node SLURM lab; the host is a submit host with ``info.slurm_env``."""
-    require_lab_prerequisites()
-    name = lab_name("s")
-    info = lab.create(name, 3, True, lab_state_root)
-    try:
+    with _lab("s", 3, True, lab_state_root) as info:
         yield info
-    finally:
-        lab.destroy(name, lab_state_root)
 
 
 # ---------------------------------------------------------------- sim fixtures
