@@ -225,8 +225,8 @@ class ManagedProcess(Generic[T]):
     ) -> Running[T]:
         """Keep the recorded process when it runs with ``settings``, else (re)start it.
 
-        A start that is not ready is tried again (up to ``attempts``) only when its log
-        ends with ``retry_when``; ``launch`` runs once per start.
+        A start that is not ready is tried again (up to ``attempts``) only when the end
+        of its log mentions ``retry_when``; ``launch`` runs once per start.
         """
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         digest = settings_digest(settings)
