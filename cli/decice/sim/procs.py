@@ -277,10 +277,12 @@ class ManagedProcess(Generic[T]):
 
 
 def _wait_gone(rec: ProcessRecord, timeout: float) -> bool:
+    """True once the process has exited (gone, or a zombie). Not :func:`is_alive`: an
+    exiting process loses its ``exe`` link before it stops running."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         _reap(rec.pid)
-        if not is_alive(rec):
+        if _start_ticks(rec.pid) != rec.start_ticks:
             return True
         time.sleep(0.05)
     return False
