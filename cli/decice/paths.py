@@ -29,6 +29,11 @@ def versions_file() -> Path:
     return collection_dir() / "vars" / "versions.yml"
 
 
+def addons_file() -> Path:
+    """The add-on registry (names, order, namespaces, dependencies, targets)."""
+    return collection_dir() / "vars" / "addons.yml"
+
+
 def cache_dir() -> Path:
     """User cache for slow-to-build artifacts.
 

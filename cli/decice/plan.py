@@ -7,18 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from decice import inventory, phases, targets, versions
+from decice import addons, inventory, phases, targets, versions
 from decice.spec import LoadedSpec
-
-# versions-file component -> spec add-on switch (None: always part of the stack)
-_SWITCH = {
-    "volcano": "volcano",
-    "interlink": "interlink",
-    "kubeedge": "kubeedge",
-    "edgemesh": "kubeedge",
-    "sedna": "sedna",
-    "kubeflow_trainer": "kubeflow",
-}
 
 
 def build(loaded: LoadedSpec, *, only: list[str], skip: list[str]) -> dict[str, Any]:
@@ -32,12 +22,12 @@ def build(loaded: LoadedSpec, *, only: list[str], skip: list[str]) -> dict[str, 
     }
     components = []
     pinned = versions.summary()
-    for name in versions.COMPONENTS:
+    for name in versions.components():
         version = pinned.get(name)
         if version is None:
             continue
-        switch = _SWITCH.get(name)
-        enabled = True if switch is None else getattr(spec.addons, switch).enabled
+        switch = addons.switch_of(name)
+        enabled = True if switch is None else spec.addons.get(switch).enabled
         if name in {"kubespray", "kubernetes"} and not target.uses_kubespray:
             enabled = False
         components.append({"name": name, "version": version, "enabled": enabled})

@@ -13,19 +13,10 @@ from pydantic import BaseModel, ValidationError
 
 from decice import versions, yamlpos
 from decice.errors import InputError
-from decice.spec_model import ADDONS, Spec
+from decice.spec_model import Spec
 
 DEFAULT_SPEC_NAME = "decice.yaml"
 BUILTIN_LABEL = "<built-in default spec>"
-
-# spec component -> key in the versions file
-_ADDON_COMPONENT = {
-    "volcano": "volcano",
-    "interlink": "interlink",
-    "kubeedge": "kubeedge",
-    "sedna": "sedna",
-    "kubeflow": "kubeflow_trainer",
-}
 
 
 @dataclass(frozen=True)
@@ -281,18 +272,43 @@ def _semantic(label: str, doc: yamlpos.PositionedYaml, spec: Spec) -> list[SpecI
                     "host names must be unique",
                 )
             )
-    if spec.addons.sedna.enabled and not spec.addons.kubeedge.enabled:
-        issues.append(
-            _issue(
-                label,
-                doc,
-                ("addons", "sedna", "enabled"),
-                "sedna needs kubeedge (with EdgeMesh)",
-                "enable addons.kubeedge or set addons.sedna.enabled: false",
-            )
-        )
+    issues.extend(_addon_rules(label, doc, spec))
     if not spec.allow_untested_versions:
         issues.extend(_version_pins(label, doc, spec))
+    return issues
+
+
+def _addon_rules(label: str, doc: yamlpos.PositionedYaml, spec: Spec) -> list[SpecIssue]:
+    """From the add-on registry: dependencies are enabled, the target is supported."""
+    from decice import addons
+
+    issues = []
+    for addon in addons.registry():
+        if not spec.addons.get(addon.name).enabled:
+            continue
+        where = ("addons", addon.name, "enabled")
+        for needed in addon.depends_on:
+            if not spec.addons.get(needed).enabled:
+                issues.append(
+                    _issue(
+                        label,
+                        doc,
+                        where,
+                        f"{addon.name} needs {needed}",
+                        f"enable addons.{needed} or set addons.{addon.name}.enabled: false",
+                    )
+                )
+        if spec.target not in addon.targets:
+            issues.append(
+                _issue(
+                    label,
+                    doc,
+                    where,
+                    f"{addon.name} cannot be installed on target {spec.target}",
+                    f"set addons.{addon.name}.enabled: false, or use one of "
+                    + ", ".join(addon.targets),
+                )
+            )
     return issues
 
 
@@ -301,12 +317,14 @@ def _version_pins(label: str, doc: yamlpos.PositionedYaml, spec: Spec) -> list[S
         (("kubernetes", "version"), spec.kubernetes.version, "kubernetes"),
         (("kubernetes", "kubespray_tag"), spec.kubernetes.kubespray_tag, "kubespray"),
     ]
-    for addon in ADDONS:
+    from decice import addons
+
+    for addon in addons.registry():
         wanted.append(
             (
-                ("addons", addon, "version"),
-                getattr(spec.addons, addon).version,
-                _ADDON_COMPONENT[addon],
+                ("addons", addon.name, "version"),
+                spec.addons.get(addon.name).version,
+                addon.versions_key,
             )
         )
     issues = []

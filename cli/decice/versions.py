@@ -9,17 +9,12 @@ import yaml
 
 from decice import paths
 
-# Components shown by `decice plan`, in install order.
-COMPONENTS = (
-    "kubespray",
-    "kubernetes",
-    "volcano",
-    "interlink",
-    "kubeedge",
-    "edgemesh",
-    "sedna",
-    "kubeflow_trainer",
-)
+
+def components() -> tuple[str, ...]:
+    """Components shown by `decice plan`, in install order (add-ons from the registry)."""
+    from decice import addons
+
+    return ("kubespray", "kubernetes", *(c for a in addons.registry() for c in a.components))
 
 
 @cache
