@@ -1,0 +1,492 @@
+"""Adapt rendered manifests to the sim's Kubernetes 1.20, and only what 1.20 refuses.
+
+A Helm post-renderer (``helm install --post-renderer decice-sim-postrender``): reads a
+multi-document YAML stream on stdin and writes it to stdout. A document that needs no
+rewrite is written back exactly as it came (same bytes); one that does is written as
+re-serialized YAML after its leading comment lines (``# Source: ...``).
+
+Rewrites (each measured against the sim's kube-apiserver v1.20.2, and each reported):
+
+- ``empty-string-default``: in a CustomResourceDefinition schema, 1.20 reads an empty
+  string in a ``default`` as null and refuses the CRD (``default: Invalid value: "null":
+  in body must be of type string``). A ``default: ""`` is removed (unless the schema is
+  ``nullable``, which 1.20 accepts); inside an object default, the members whose value
+  is ``""`` are removed; a list default holding ``""`` is removed.
+- ``unknown-schema-field``: schema fields 1.20's ``JSONSchemaProps`` does not have
+  (``x-kubernetes-validations``, CEL rules, 1.25+) are removed. Helm and kubectl
+  validate manifests against the server's OpenAPI and refuse the CRD ("unknown field");
+  the 1.20 apiserver itself would drop them unseen, so removing them loses nothing there.
+- ``unknown-crd-version-field``: fields of a CRD version 1.20 does not have
+  (``selectableFields``, 1.30+) are removed, for the same reason.
+- ``api-version``: kinds whose API version came after 1.20 but whose older version 1.20
+  serves with the same fields (PodDisruptionBudget ``policy/v1`` -> ``policy/v1beta1``,
+  CronJob ``batch/v1`` -> ``batch/v1beta1``, HorizontalPodAutoscaler ``autoscaling/v2``
+  -> ``autoscaling/v2beta2``) get that older version; fields newer than 1.20 in them
+  are removed and reported (``unknown-field``).
+- ``dropped-object``: objects of kinds 1.20 has no API for at all
+  (ValidatingAdmissionPolicy and its Binding) are left out of the output.
+
+Everything else passes through untouched, whatever its age: this is not a linter.
+
+Report: when ``$DECICE_POSTRENDER_REPORT`` (or ``--report PATH``) names a file, a JSON
+report of every rewrite is written there (see :func:`report`); without one, no file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections import Counter
+from collections.abc import Iterator, MutableMapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPORT_ENV = "DECICE_POSTRENDER_REPORT"
+TARGET = "v1.20"
+
+# JSONSchemaProps as Kubernetes 1.20's apiextensions.k8s.io/v1 (and v1beta1) define it
+SCHEMA_FIELDS = frozenset(
+    {
+        "id",
+        "$schema",
+        "$ref",
+        "description",
+        "type",
+        "format",
+        "title",
+        "default",
+        "maximum",
+        "exclusiveMaximum",
+        "minimum",
+        "exclusiveMinimum",
+        "maxLength",
+        "minLength",
+        "pattern",
+        "maxItems",
+        "minItems",
+        "uniqueItems",
+        "multipleOf",
+        "enum",
+        "maxProperties",
+        "minProperties",
+        "required",
+        "items",
+        "allOf",
+        "oneOf",
+        "anyOf",
+        "not",
+        "properties",
+        "additionalProperties",
+        "patternProperties",
+        "dependencies",
+        "additionalItems",
+        "definitions",
+        "externalDocs",
+        "example",
+        "nullable",
+        "x-kubernetes-preserve-unknown-fields",
+        "x-kubernetes-embedded-resource",
+        "x-kubernetes-int-or-string",
+        "x-kubernetes-list-map-keys",
+        "x-kubernetes-list-type",
+        "x-kubernetes-map-type",
+    }
+)
+# CustomResourceDefinitionVersion in 1.20
+CRD_VERSION_FIELDS = frozenset(
+    {
+        "name",
+        "served",
+        "storage",
+        "deprecated",
+        "deprecationWarning",
+        "schema",
+        "subresources",
+        "additionalPrinterColumns",
+    }
+)
+# kind -> (newer apiVersion, the version 1.20 serves, spec fields 1.20 lacks there)
+OLDER_API = {
+    "PodDisruptionBudget": ("policy/v1", "policy/v1beta1", ("unhealthyPodEvictionPolicy",)),
+    "CronJob": ("batch/v1", "batch/v1beta1", ("timeZone",)),
+    "HorizontalPodAutoscaler": ("autoscaling/v2", "autoscaling/v2beta2", ()),
+}
+NO_API = frozenset({"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"})
+CRD_KIND = "CustomResourceDefinition"
+
+_SEPARATOR = re.compile(r"^---(?:[ \t].*)?$")
+
+
+class PostRenderError(ValueError):
+    """The input is not a stream of YAML documents."""
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """One change to one object: where (JSON Pointer into the object) and what."""
+
+    kind: str
+    name: str
+    path: str
+    rule: str
+    change: str
+    namespace: str | None = None
+
+
+@dataclass
+class Result:
+    """The adapted stream and what was changed to get it."""
+
+    text: str
+    objects: int = 0
+    rewrites: list[Rewrite] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------ YAML
+
+
+class _Loader(yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoader):  # type: ignore[misc]
+    """Safe loader that keeps timestamps as strings (as Kubernetes' YAML reader does)."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    key: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Dumper = yaml.CSafeDumper if hasattr(yaml, "CSafeDumper") else yaml.SafeDumper
+
+
+def split_documents(text: str) -> list[str]:
+    """The documents of a YAML stream, each with its own lines (separators dropped)."""
+    docs: list[str] = []
+    current: list[str] = []
+    for line in text.splitlines(keepends=True):
+        match = _SEPARATOR.match(line.rstrip("\r\n"))
+        if match:
+            docs.append("".join(current))
+            rest = line[3:].strip()  # "--- {a: 1}": the document starts on this line
+            current = [rest + "\n"] if rest and not rest.startswith("#") else []
+        else:
+            current.append(line)
+    docs.append("".join(current))
+    return [d for d in docs if d.strip()]
+
+
+def _leading_comments(doc: str) -> str:
+    lines = []
+    for line in doc.splitlines(keepends=True):
+        if line.strip() and not line.lstrip().startswith("#"):
+            break
+        lines.append(line)
+    return "".join(lines)
+
+
+def _dump(obj: Any) -> str:
+    return str(
+        yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1 << 16)
+    )
+
+
+# ------------------------------------------------------------------ JSON Pointer
+
+
+def pointer(parts: Sequence[str | int]) -> str:
+    """RFC 6901 JSON Pointer of ``parts``."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+# ------------------------------------------------------------------ rules
+
+
+class _Adapter:
+    """The rewrites of one object, collected as they are made."""
+
+    def __init__(self, obj: MutableMapping[str, Any]) -> None:
+        self.obj = obj
+        meta = obj.get("metadata") or {}
+        self.kind = str(obj.get("kind") or "")
+        self.name = str(meta.get("name") or "")
+        ns = meta.get("namespace")
+        self.namespace = str(ns) if ns else None
+        self.rewrites: list[Rewrite] = []
+
+    def note(self, parts: Sequence[str | int], rule: str, change: str) -> None:
+        self.rewrites.append(
+            Rewrite(self.kind, self.name, pointer(parts), rule, change, self.namespace)
+        )
+
+    # ---------------------------------------------------------- CRDs
+
+    def crd(self) -> None:
+        spec = self.obj.get("spec")
+        if not isinstance(spec, dict):
+            return
+        validation = spec.get("validation")  # apiextensions.k8s.io/v1beta1
+        if isinstance(validation, dict) and isinstance(validation.get("openAPIV3Schema"), dict):
+            self.schema(validation["openAPIV3Schema"], ["spec", "validation", "openAPIV3Schema"])
+        for i, version in enumerate(spec.get("versions") or ()):
+            if not isinstance(version, dict):
+                continue
+            where: list[str | int] = ["spec", "versions", i]
+            for key in [k for k in version if k not in CRD_VERSION_FIELDS]:
+                del version[key]
+                self.note(
+                    [*where, key],
+                    "unknown-crd-version-field",
+                    f"removed {key!r}: CustomResourceDefinitionVersion has no such field "
+                    f"in Kubernetes {TARGET}",
+                )
+            schema = (version.get("schema") or {}).get("openAPIV3Schema")
+            if isinstance(schema, dict):
+                self.schema(schema, [*where, "schema", "openAPIV3Schema"])
+
+    def schema(self, node: MutableMapping[str, Any], where: list[str | int]) -> None:
+        """Fix one JSONSchemaProps and, recursively, every schema below it."""
+        for key in [k for k in node if k not in SCHEMA_FIELDS]:
+            del node[key]
+            self.note(
+                [*where, key],
+                "unknown-schema-field",
+                f"removed {key!r}: JSONSchemaProps has no such field in Kubernetes {TARGET} "
+                "(client-side validation refuses it; the apiserver would drop it)",
+            )
+        if "default" in node:
+            self.default(node, where)
+        for key in ("properties", "patternProperties", "definitions"):
+            members = node.get(key)
+            if isinstance(members, dict):
+                for name, sub in members.items():
+                    if isinstance(sub, dict):
+                        self.schema(sub, [*where, key, name])
+        for key in ("items", "additionalProperties", "additionalItems", "not"):
+            sub = node.get(key)
+            if isinstance(sub, dict):
+                self.schema(sub, [*where, key])
+            elif isinstance(sub, list):
+                for i, item in enumerate(sub):
+                    if isinstance(item, dict):
+                        self.schema(item, [*where, key, i])
+        for key in ("allOf", "oneOf", "anyOf"):
+            for i, item in enumerate(node.get(key) or ()):
+                if isinstance(item, dict):
+                    self.schema(item, [*where, key, i])
+        deps = node.get("dependencies")
+        if isinstance(deps, dict):
+            for name, sub in deps.items():
+                if isinstance(sub, dict):
+                    self.schema(sub, [*where, "dependencies", name])
+        if node.get("x-kubernetes-list-type") == "map":
+            self.map_keys(node, where)
+
+    def map_keys(self, node: MutableMapping[str, Any], where: list[str | int]) -> None:
+        """1.20 wants every key of a list-type map to have a default or be required."""
+        items = node.get("items")
+        if not isinstance(items, dict):
+            return
+        props = items.get("properties") or {}
+        required = items.get("required")
+        for key in node.get("x-kubernetes-list-map-keys") or ():
+            prop = props.get(key)
+            if not isinstance(prop, dict) or "default" in prop:
+                continue
+            if isinstance(required, list) and key in required:
+                continue
+            if not isinstance(required, list):
+                required = items["required"] = []
+            required.append(key)
+            self.note(
+                [*where, "items", "required", len(required) - 1],
+                "list-map-key-required",
+                f"made {key!r} required: it is a key of x-kubernetes-list-map-keys without "
+                f"a default, which Kubernetes {TARGET} refuses unless the key is required",
+            )
+
+    def default(self, node: MutableMapping[str, Any], where: list[str | int]) -> None:
+        value = node["default"]
+        here = [*where, "default"]
+        why = f'Kubernetes {TARGET} reads "" in a default as null and refuses the CRD'
+        if value == "":
+            if node.get("nullable") is True:
+                return  # 1.20 accepts a null default on a nullable schema
+            del node["default"]
+            self.note(here, "empty-string-default", f'removed default: "" ({why})')
+        elif isinstance(value, dict):
+            self._prune_empty(value, here, why)
+        elif isinstance(value, list) and _holds_empty(value):
+            del node["default"]
+            self.note(here, "empty-string-default", f'removed a list default holding "" ({why})')
+
+    def _prune_empty(
+        self, value: MutableMapping[str, Any], where: list[str | int], why: str
+    ) -> None:
+        for key in list(value):
+            member = value[key]
+            if member == "":
+                del value[key]
+                self.note(
+                    [*where, key], "empty-string-default", f'removed "" from the default ({why})'
+                )
+            elif isinstance(member, dict):
+                self._prune_empty(member, [*where, key], why)
+            elif isinstance(member, list) and _holds_empty(member):
+                del value[key]
+                self.note(
+                    [*where, key],
+                    "empty-string-default",
+                    f'removed a list holding "" from the default ({why})',
+                )
+
+    # ---------------------------------------------------------- API versions
+
+    def api_version(self) -> None:
+        newer, older, gone_fields = OLDER_API[self.kind]
+        if self.obj.get("apiVersion") != newer:
+            return
+        self.obj["apiVersion"] = older
+        self.note(
+            ["apiVersion"],
+            "api-version",
+            f"{newer} -> {older}: Kubernetes {TARGET} serves {self.kind} only as {older}",
+        )
+        spec = self.obj.get("spec")
+        if isinstance(spec, dict):
+            for key in gone_fields:
+                if key in spec:
+                    del spec[key]
+                    self.note(
+                        ["spec", key],
+                        "unknown-field",
+                        f"removed {key!r}: {self.kind} {older} has no such field",
+                    )
+
+
+def _holds_empty(value: Any) -> bool:
+    if value == "":
+        return True
+    if isinstance(value, dict):
+        return any(_holds_empty(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_empty(v) for v in value)
+    return False
+
+
+def adapt_object(obj: MutableMapping[str, Any]) -> list[Rewrite]:
+    """Rewrite one object in place for Kubernetes 1.20; the rewrites made."""
+    adapter = _Adapter(obj)
+    kind = adapter.kind
+    if kind == CRD_KIND and str(obj.get("apiVersion", "")).startswith("apiextensions.k8s.io/"):
+        adapter.crd()
+    elif kind in OLDER_API:
+        adapter.api_version()
+    return adapter.rewrites
+
+
+def adapt_stream(text: str) -> Result:
+    """Adapt every document of a YAML stream; unchanged documents keep their bytes."""
+    out: list[str] = []
+    result = Result("")
+    for index, doc in enumerate(split_documents(text)):
+        try:
+            obj = yaml.load(doc, Loader=_Loader)
+        except yaml.YAMLError as exc:
+            source = _leading_comments(doc).strip() or f"document {index + 1}"
+            raise PostRenderError(f"{source}: not YAML: {exc}") from exc
+        if not isinstance(obj, dict):
+            out.append(doc)
+            continue
+        result.objects += 1
+        if obj.get("kind") in NO_API:
+            adapter = _Adapter(obj)
+            adapter.note(
+                [],
+                "dropped-object",
+                f"left out: Kubernetes {TARGET} has no API for {adapter.kind} "
+                f"({obj.get('apiVersion')})",
+            )
+            result.rewrites.extend(adapter.rewrites)
+            continue
+        rewrites = adapt_object(obj)
+        if rewrites:
+            result.rewrites.extend(rewrites)
+            out.append(_leading_comments(doc) + _dump(obj))
+        else:
+            out.append(doc)
+    result.text = "".join(_join(out))
+    return result
+
+
+def _join(docs: Sequence[str]) -> Iterator[str]:
+    for doc in docs:
+        yield "---\n"
+        yield doc if doc.endswith("\n") else doc + "\n"
+
+
+# ------------------------------------------------------------------ report
+
+
+def report(result: Result) -> dict[str, Any]:
+    """The JSON report: every rewrite, and a count per object and rule.
+
+    ``{"target": "v1.20", "objects": N, "rewrites": [{kind, name, namespace, path, rule,
+    change}, ...], "summary": [{kind, name, namespace, rule, count}, ...]}``
+    """
+    counts: Counter[tuple[str, str, str | None, str]] = Counter(
+        (r.kind, r.name, r.namespace, r.rule) for r in result.rewrites
+    )
+    return {
+        "target": TARGET,
+        "objects": result.objects,
+        "rewrites": [asdict(r) for r in result.rewrites],
+        "summary": [
+            {"kind": k, "name": n, "namespace": ns, "rule": rule, "count": c}
+            for (k, n, ns, rule), c in counts.items()
+        ],
+    }
+
+
+def write_report(path: Path, data: dict[str, Any]) -> None:
+    """Write the report atomically (temporary file in the same directory, then rename)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+# ------------------------------------------------------------------ entry point
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``decice-sim-postrender [--report PATH]``: stdin -> stdout; 0 ok, 1 bad input."""
+    parser = argparse.ArgumentParser(
+        prog="decice-sim-postrender",
+        description="Adapt a rendered manifest stream (stdin) to the sim's Kubernetes 1.20.",
+    )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        help=f"write the JSON report of the rewrites here (default: ${REPORT_ENV}; unset: none)",
+    )
+    args = parser.parse_args(argv)
+    target = args.report
+    if target is None and os.environ.get(REPORT_ENV):
+        target = Path(os.environ[REPORT_ENV])
+    try:
+        result = adapt_stream(sys.stdin.read())
+    except PostRenderError as exc:
+        print(f"decice-sim-postrender: {exc}", file=sys.stderr)
+        return 1
+    sys.stdout.write(result.text)
+    sys.stdout.flush()
+    if target is not None:
+        write_report(target, report(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
