@@ -10,6 +10,9 @@ bound pod and, for pods bound to OUR nodes:
   otherwise patches it ``Failed`` with reason ``OutOf<resource>``;
 - terminates pods annotated ``decice.io/sim-duration`` / ``decice.io/sim-exit-code``
   (see :mod:`decice.sim.simnodes`) when their time is up: ``Succeeded`` or ``Failed``;
+- ends the pods of Kubernetes Jobs without those annotations ``Succeeded`` after
+  ``job_duration`` seconds (``--job-duration``, default 2 s; ``off``: they run forever),
+  so that the Job controller completes their Jobs (Helm hook Jobs among them);
 - force-deletes (grace period 0, uid precondition) pods that are being deleted, as a
   kubelet does once their containers stopped;
 - keeps the nodes alive for the node-lifecycle controller with Lease renewals when it
@@ -32,7 +35,7 @@ Entry point (a detached managed process; logs to stderr; SIGTERM/SIGINT stop it)
 
     python -m decice.sim.agent --kubeconfig K --nodes-file F.json
         [--status-file S.json] [--heartbeat auto|on|off] [--lease-interval 20]
-        [--max-in-flight 64] [--log-level INFO]
+        [--max-in-flight 64] [--job-duration 2s|off] [--log-level INFO]
 
 F.json holds the node groups: a list of ``SimNodeGroup`` mappings, or ``{"nodes": [...]}``.
 """
@@ -222,8 +225,10 @@ class NodeAgent:
         heartbeat: bool = False,
         lease_interval: float = 20.0,
         workers: int = 64,
+        job_duration: float | None = simnodes.JOB_POD_DURATION,
     ) -> None:
         self.client = client
+        self.job_duration = job_duration
         self.heartbeat = heartbeat
         self.lease_interval = lease_interval
         self.workers = workers
@@ -353,7 +358,7 @@ class NodeAgent:
     def _schedule_finish(
         self, rec: PodRecord, pod: Mapping[str, Any], started: datetime, elapsed: float
     ) -> None:
-        work, warning = simnodes.workload_of(pod)
+        work, warning = simnodes.workload_of(pod, self.job_duration)
         if warning:
             log.warning("%s/%s: %s (ignored)", rec.namespace, rec.name, warning)
         if work.duration is None:
@@ -610,7 +615,7 @@ def _slim(pod: Mapping[str, Any]) -> dict[str, Any]:
             ]
     slim_meta = {
         k: meta[k]
-        for k in ("uid", "name", "namespace", "creationTimestamp", "annotations")
+        for k in ("uid", "name", "namespace", "creationTimestamp", "annotations", "ownerReferences")
         if k in meta
     }
     return {"metadata": slim_meta, "spec": slim_spec, "status": {"phase": "Pending"}}
@@ -650,6 +655,7 @@ async def run_agent(
     max_in_flight: int = 64,
     status_file: Path | None = None,
     stop: asyncio.Event | None = None,
+    job_duration: float | None = simnodes.JOB_POD_DURATION,
 ) -> None:
     """Register the nodes, then play their kubelets until ``stop`` is set (or cancelled)."""
     client = agent_client(kubeconfig, max_in_flight=max_in_flight)
@@ -671,6 +677,7 @@ async def run_agent(
             heartbeat=beat,
             lease_interval=lease_interval,
             workers=max_in_flight,
+            job_duration=job_duration,
         )
         runner = asyncio.create_task(agent.run(status_file))
         waiter = asyncio.create_task((stop or asyncio.Event()).wait())
@@ -710,8 +717,25 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--max-in-flight", type=int, default=64, help="concurrent API requests (HTTP/2 streams)"
     )
+    parser.add_argument(
+        "--job-duration",
+        type=_job_duration,
+        default=simnodes.JOB_POD_DURATION,
+        help="how long a Job's pod without sim annotations runs before it succeeds "
+        "(Go duration, e.g. 2s; 'off': it runs forever)",
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
+
+
+def _job_duration(text: str) -> float | None:
+    """``--job-duration``: a Go duration in seconds, or None for ``off``."""
+    if text.strip().lower() == "off":
+        return None
+    try:
+        return simnodes.parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -744,6 +768,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_in_flight=args.max_in_flight,
             status_file=args.status_file,
             stop=stop,
+            job_duration=args.job_duration,
         )
 
     try:

@@ -29,9 +29,19 @@ def status_path(state_dir: Path) -> Path:
 
 
 def agent_argv(
-    kubeconfig: Path, nodes_file: Path, status_file: Path, extra: Sequence[str] = ()
+    kubeconfig: Path,
+    nodes_file: Path,
+    status_file: Path,
+    extra: Sequence[str] = (),
+    *,
+    job_duration: str | None = None,
 ) -> list[str]:
-    """The node agent's command line (this interpreter; ``extra``: more flags)."""
+    """The node agent's command line (this interpreter; ``extra``: more flags).
+
+    ``job_duration``: how long a Job's pod runs before it succeeds (a Go duration such as
+    ``2s``, or ``off``); None leaves the agent's default (2 s).
+    """
+    jobs = ["--job-duration", job_duration] if job_duration is not None else []
     return [
         sys.executable,
         "-m",
@@ -42,6 +52,7 @@ def agent_argv(
         str(nodes_file),
         "--status-file",
         str(status_file),
+        *jobs,
         *extra,
     ]
 

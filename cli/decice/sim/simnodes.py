@@ -15,6 +15,12 @@ Workload annotations on a pod (see :func:`workload_of`):
   pod terminates right after it started. ``restartPolicy`` is not simulated: a pod that
   terminates ends in a terminal phase even with ``restartPolicy: Always``.
 
+A pod owned by a Kubernetes Job (an ``ownerReferences`` entry of kind ``Job`` in the
+``batch`` group) without those annotations (or with ones that do not parse) terminates
+with exit code 0 after the agent's Job pod duration (``JOB_POD_DURATION``, 2 s, unless
+the agent is told otherwise), so that the Job controller completes the Job, as Helm's
+hook Jobs expect. The annotations keep precedence.
+
 Pure functions only (no I/O), so that they are cheap to unit-test.
 """
 
@@ -34,6 +40,7 @@ SIM_LABEL = "decice.io/sim"
 GROUP_LABEL = "decice.io/sim-group"
 DURATION_ANNOTATION = "decice.io/sim-duration"
 EXIT_CODE_ANNOTATION = "decice.io/sim-exit-code"
+JOB_POD_DURATION = 2.0  # seconds a Job's pod runs when its annotations do not say
 DEFAULT_PODS = "110"
 KUBELET_VERSION = "v1.20.2"
 NODE_NET = ipaddress.IPv4Network("10.64.0.0/10")  # host IPs: 10.(64+group).hi.lo
@@ -253,10 +260,23 @@ class Workload:
     exit_code: int = 0
 
 
-def workload_of(pod: Mapping[str, Any]) -> tuple[Workload, str | None]:
+def owned_by_job(pod: Mapping[str, Any]) -> bool:
+    """Is the pod owned by a Kubernetes Job (kind ``Job``, API group ``batch``)?"""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or ():
+        group = str(ref.get("apiVersion") or "").partition("/")[0]
+        if ref.get("kind") == "Job" and group == "batch":
+            return True
+    return False
+
+
+def workload_of(
+    pod: Mapping[str, Any], job_duration: float | None = None
+) -> tuple[Workload, str | None]:
     """The pod's simulated workload and a warning for annotations that do not parse.
 
-    A bad annotation is ignored (the pod runs forever / exits 0), not fatal.
+    A bad annotation is ignored (the pod runs forever / exits 0), not fatal. A Job's pod
+    whose annotations give no duration or exit code runs ``job_duration`` seconds and
+    exits 0 (None: it runs forever like any other pod).
     """
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     warning = None
@@ -280,6 +300,8 @@ def workload_of(pod: Mapping[str, Any]) -> tuple[Workload, str | None]:
         else:
             if duration is None:
                 duration = 0.0
+    if duration is None and job_duration is not None and owned_by_job(pod):
+        duration = job_duration
     return Workload(duration, exit_code), warning
 
 
