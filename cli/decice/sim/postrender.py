@@ -121,6 +121,9 @@ NO_API = frozenset({"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBindi
 CRD_KIND = "CustomResourceDefinition"
 
 _SEPARATOR = re.compile(r"^---(?:[ \t].*)?$")
+_SOURCE = re.compile(r"^#\s*Source:\s*(\S+)", re.MULTILINE)
+# <chart>/crds/... or <chart>/charts/<subchart>/crds/... (files below crds/ at any depth)
+_CRDS_DIR = re.compile(r"^[^/]+(?:/charts/[^/]+)*/crds/")
 
 
 class PostRenderError(ValueError):
@@ -387,11 +390,31 @@ def adapt_object(obj: MutableMapping[str, Any]) -> list[Rewrite]:
     return adapter.rewrites
 
 
-def adapt_stream(text: str) -> Result:
-    """Adapt every document of a YAML stream; unchanged documents keep their bytes."""
+def source_of(doc: str) -> str | None:
+    """The chart file a document was rendered from (Helm's ``# Source:`` comment)."""
+    match = _SOURCE.search(_leading_comments(doc))
+    return match[1] if match else None
+
+
+def from_chart_crds(source: str | None) -> bool:
+    """Is ``source`` a file in a chart's (or subchart's) ``crds/`` directory?"""
+    return source is not None and _CRDS_DIR.match(source) is not None
+
+
+def adapt_stream(text: str, *, chart_crds_only: bool = False) -> Result:
+    """Adapt every document of a YAML stream; unchanged documents keep their bytes.
+
+    ``chart_crds_only``: keep only the documents rendered from a ``crds/`` directory
+    (``helm template --include-crds``), which ``helm install`` creates without passing
+    them through its post-renderer.
+    """
     out: list[str] = []
     result = Result("")
+    source: str | None = None  # a file's later documents carry no comment of their own
     for index, doc in enumerate(split_documents(text)):
+        source = source_of(doc) or source
+        if chart_crds_only and not from_chart_crds(source):
+            continue
         try:
             obj = yaml.load(doc, Loader=_Loader)
         except yaml.YAMLError as exc:
@@ -461,7 +484,8 @@ def write_report(path: Path, data: dict[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``decice-sim-postrender [--report PATH]``: stdin -> stdout; 0 ok, 1 bad input."""
+    """``decice-sim-postrender [--report PATH] [--chart-crds]``: stdin -> stdout; 0 ok,
+    1 bad input."""
     parser = argparse.ArgumentParser(
         prog="decice-sim-postrender",
         description="Adapt a rendered manifest stream (stdin) to the sim's Kubernetes 1.20.",
@@ -472,12 +496,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help=f"write the JSON report of the rewrites here (default: ${REPORT_ENV}; unset: none)",
     )
+    parser.add_argument(
+        "--chart-crds",
+        action="store_true",
+        help="write only the documents rendered from a chart's crds/ directory "
+        "(input: helm template --include-crds); helm install creates those unadapted",
+    )
     args = parser.parse_args(argv)
     target = args.report
     if target is None and os.environ.get(REPORT_ENV):
         target = Path(os.environ[REPORT_ENV])
     try:
-        result = adapt_stream(sys.stdin.read())
+        result = adapt_stream(sys.stdin.read(), chart_crds_only=args.chart_crds)
     except PostRenderError as exc:
         print(f"decice-sim-postrender: {exc}", file=sys.stderr)
         return 1
