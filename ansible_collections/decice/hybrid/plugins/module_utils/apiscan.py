@@ -134,7 +134,7 @@ def discover(fetch: Fetch) -> tuple[list[ResourceType], list[Obj], list[Obj]]:
     """Listable resource types, the noise types left out (with why) and the group versions
     that could not be read. Raises :class:`FetchError` when /api or /apis cannot be read."""
     types: list[ResourceType] = []
-    skipped: list[Obj] = []
+    noise: list[Obj] = []
     errors: list[Obj] = []
     for group, version in _group_versions(fetch):
         path = f"/apis/{group}/{version}" if group else f"/api/{version}"
@@ -153,10 +153,10 @@ def discover(fetch: Fetch) -> tuple[list[ResourceType], list[Obj], list[Obj]]:
             rtype = ResourceType(group, version, name, str(item["kind"]), bool(item["namespaced"]))
             why = NOISE_TYPES.get((group, name))
             if why:
-                skipped.append({**rtype.as_dict(), "why": why})
+                noise.append({**rtype.as_dict(), "why": why})
             else:
                 types.append(rtype)
-    return types, skipped, errors
+    return types, noise, errors
 
 
 # ---------------------------------------------------------------- objects
@@ -240,7 +240,7 @@ def take_snapshot(fetch: Fetch, namespaces: Iterable[str], taken_at: str | None 
     listed (HTTP error) is recorded under ``errors``; no answer at all raises ScanError."""
     patterns = sorted({str(n) for n in namespaces})
     try:
-        types, skipped, errors = discover(fetch)
+        types, noise, errors = discover(fetch)
         listed: list[Obj] = []
         objects: list[Obj] = []
         for rtype in types:
@@ -262,7 +262,7 @@ def take_snapshot(fetch: Fetch, namespaces: Iterable[str], taken_at: str | None 
         "taken_at": taken_at or now_utc(),
         "namespaces": patterns,
         "types": sorted(listed, key=lambda t: (group_of(t["apiVersion"]), t["kind"])),
-        "skipped": sorted(skipped, key=lambda t: (group_of(t["apiVersion"]), t["kind"])),
+        "noise": sorted(noise, key=lambda t: (group_of(t["apiVersion"]), t["kind"])),
         "errors": errors,
         "objects": sorted(objects, key=identity),
     }
@@ -274,7 +274,7 @@ def summary(snapshot: Mapping[str, Any]) -> Obj:
         "namespaces": list(snapshot["namespaces"]),
         "types": len(snapshot["types"]),
         "objects": len(snapshot["objects"]),
-        "skipped_types": len(snapshot["skipped"]),
+        "noise_types": len(snapshot["noise"]),
         "errors": len(snapshot["errors"]),
     }
 
@@ -368,7 +368,7 @@ def parse_ignore(entries: Iterable[Mapping[str, Any]]) -> list[IgnoreRule]:
 
 
 def check_snapshot(doc: Any, source: str = "snapshot") -> Obj:
-    keys = ("format", "taken_at", "namespaces", "types", "skipped", "errors", "objects")
+    keys = ("format", "taken_at", "namespaces", "types", "noise", "errors", "objects")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ScanError(f"{source}: not a decice API snapshot (format {FORMAT} expected)")
     missing = [k for k in keys if k not in doc]
@@ -441,7 +441,7 @@ class _Unread:
     @classmethod
     def of(cls, snapshot: Mapping[str, Any]) -> _Unread:
         return cls(
-            types=_type_keys(snapshot["skipped"]) | _type_keys(snapshot["errors"]),
+            types=_type_keys(snapshot["noise"]) | _type_keys(snapshot["errors"]),
             groups=_failed_groups(snapshot["errors"]),
             namespaces=list(snapshot["namespaces"]),
         )

@@ -145,9 +145,9 @@ summary:
     namespaces: [volcano-system]
     types: 52
     objects: 431
-    skipped_types: 8
+    noise_types: 8
     errors: 0
-skipped:
+noise:
   description: Resource types never listed (noise), each with apiVersion, kind, resource,
     namespaced and why.
   returned: always
@@ -281,7 +281,7 @@ def run(module: Any) -> dict[str, Any]:
     result: dict[str, Any] = {
         "changed": False,
         "summary": apiscan.summary(snapshot),
-        "skipped": snapshot["skipped"],
+        "noise": snapshot["noise"],
         "errors": snapshot["errors"],
         "written": False,
     }
