@@ -69,10 +69,11 @@ class _Run:
         record: RunRecord,
         inventory_path: Path,
         inv: dict[str, Any],
+        target: Target,
     ) -> None:
         self.command, self.loaded, self.options, self.view = command, loaded, options, view
         self.store, self.record, self.inventory_path = store, record, inventory_path
-        self.inventory = inv
+        self.inventory, self.target = inv, target
         self._last_save = 0.0
 
     def _tick(self, event: Any = None, task: str = "") -> None:
@@ -91,6 +92,7 @@ class _Run:
                 "decice_state_dir": str(state_dir),
                 "decice_kubeconfig": str(kubeconfig_path(state_dir)),
                 "decice_spec": self.loaded.spec.model_dump(mode="json"),
+                **self.target.ansible_vars(self.loaded),
             },
             tags=tuple(names),
             check=self.options.check,
@@ -167,10 +169,9 @@ def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -
             if target.creates_hosts and command == "up" and not options.check:
                 view.update(None, record, f"creating the {target.name} hosts")
                 inv = inventory.build(loaded, target.allocate(loaded, create=True))
-            record.inventory_sha256 = inventory.write(inv, run_dir / "inventory.yml")
-            run = _Run(
-                command, loaded, options, view, store, record, run_dir / "inventory.yml", inv
-            )
+            inv_path = run_dir / "inventory.yml"
+            record.inventory_sha256 = inventory.write(inv, inv_path)
+            run = _Run(command, loaded, options, view, store, record, inv_path, inv, target)
             for names in segments(selected, in_python):
                 ok = (
                     run.python(names[0], in_python[names[0]])

@@ -184,6 +184,9 @@ class RunRecord:
     failures: list[dict[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     not_done: dict[str, str] = field(default_factory=dict)  # component -> why it was not done
+    # add-on -> {version, artifact, sha256, revision, adapted_for_sim} (the addons phase)
+    installed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    verified: dict[str, str] = field(default_factory=dict)  # add-on -> its check's outcome
     artifacts: str = ""
 
     def phase(self, name: str) -> PhaseRecord:

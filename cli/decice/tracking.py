@@ -12,6 +12,10 @@ COUNTED = ("ok", "changed", "failed", "unreachable", "skipped")
 # Roles that could not do their work (not implemented, artifacts unreachable)
 # say so with set_stats(per_host: false) under this key: {component: reason}.
 NOT_DONE_KEY = "decice_not_done"
+# What the add-on roles installed ({add-on: {version, artifact, sha256, ...}}) and the
+# outcome of each add-on's check ({add-on: text}), also via set_stats(per_host: false).
+INSTALLED_KEY = "decice_installed"
+VERIFIED_KEY = "decice_verified"
 
 
 class PhaseTracker:
@@ -118,6 +122,12 @@ class PhaseTracker:
                 }
             )
         self.failed = failed_run
+        installed = event.data.get(INSTALLED_KEY) or {}
+        if isinstance(installed, dict):
+            self.record.installed.update({str(k): dict(v) for k, v in installed.items()})
+        verified = event.data.get(VERIFIED_KEY) or {}
+        if isinstance(verified, dict):
+            self.record.verified.update({str(k): str(v) for k, v in verified.items()})
         not_done = event.data.get(NOT_DONE_KEY) or {}
         if isinstance(not_done, dict):
             self.record.not_done.update({str(k): str(v) for k, v in not_done.items()})

@@ -34,6 +34,18 @@ def kubeconfig_path(state_dir: Path) -> Path:
     return state_dir.resolve() / KUBECONFIG_NAME
 
 
+def helm_binary() -> str:
+    """helm for the add-on plays: decice's cached one (the sim recipe's), else PATH's."""
+    import shutil
+
+    from decice.sim.binaries import describe_binaries
+
+    cached = describe_binaries(names=("helm",))["helm"].path
+    if cached.is_file():
+        return str(cached)
+    return shutil.which("helm") or "helm"
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """How a lifecycle command was asked to run."""
@@ -104,6 +116,20 @@ class Target:
     def plan(self, loaded: LoadedSpec, inventory: dict[str, Any]) -> dict[str, Any]:
         """Target-specific sections of `decice plan` (``sim_binaries``, ``kubespray``)."""
         return {}
+
+    def ansible_vars(self, loaded: LoadedSpec) -> dict[str, Any]:
+        """Extra variables the collection's plays get on this target (helm, mirror, ...)."""
+        from pathlib import Path
+
+        from decice import mirror
+
+        base = loaded.source.parent if loaded.source else Path.cwd()
+        resolved = mirror.from_spec(loaded.spec.mirror, base)
+        out: dict[str, Any] = {"decice_helm": helm_binary()}
+        if resolved is not None:
+            key = "decice_mirror" if resolved.is_local else "decice_mirror_url"
+            out[key] = resolved.root
+        return out
 
     def status(self, loaded: LoadedSpec) -> dict[str, Any] | None:
         """This target's section of `decice status` (None: nothing to show)."""

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from decice.spec import LoadedSpec
 
 SIM_DIR = "sim"
+POST_RENDERER = "decice-sim-postrender"  # console script of decice.sim.postrender
 
 
 def data_dir(state_dir: Path) -> Path:
@@ -377,6 +378,17 @@ class Sim(Target):
         bin_dir = loaded.spec.sim.bin_dir
         explicit = Path(bin_dir).expanduser() if bin_dir else None
         return {"sim_binaries": describe_binaries(explicit).to_dict()}
+
+    def ansible_vars(self, loaded: LoadedSpec) -> dict[str, Any]:
+        """The sim's own helm, and the post-renderer that adapts charts to its 1.20 API."""
+        import sys
+
+        out = super().ansible_vars(loaded)
+        plane = _control_plane(loaded.state_dir.resolve(), loaded.spec.sim.bin_dir, act=False)
+        if "helm" in plane.binaries:
+            out["decice_helm"] = str(plane.binaries.path("helm"))
+        out["decice_post_renderer"] = str(Path(sys.executable).parent / POST_RENDERER)
+        return out
 
     def status(self, loaded: LoadedSpec) -> dict[str, Any] | None:
         return status(loaded.state_dir, loaded.spec.sim.bin_dir)
