@@ -12,6 +12,10 @@ Rewrites (each measured against the sim's kube-apiserver v1.20.2, and each repor
   in body must be of type string``). A ``default: ""`` is removed (unless the schema is
   ``nullable``, which 1.20 accepts); inside an object default, the members whose value
   is ``""`` are removed; a list default holding ``""`` is removed.
+- ``list-map-key-required``: 1.20 refuses a key of ``x-kubernetes-list-map-keys`` that
+  has neither a default nor is required ("must have a default or be a required
+  property"); once its ``default: ""`` is gone (``imagePullSecrets[].name`` in every
+  PodSpec copy), the key is added to the item schema's ``required``.
 - ``unknown-schema-field``: schema fields 1.20's ``JSONSchemaProps`` does not have
   (``x-kubernetes-validations``, CEL rules, 1.25+) are removed. Helm and kubectl
   validate manifests against the server's OpenAPI and refuse the CRD ("unknown field");
@@ -27,6 +31,13 @@ Rewrites (each measured against the sim's kube-apiserver v1.20.2, and each repor
   (ValidatingAdmissionPolicy and its Binding) are left out of the output.
 
 Everything else passes through untouched, whatever its age: this is not a linter.
+
+Helm 3 hands a post-renderer only the release's templates, not its hooks and not the
+files of a chart's ``crds/`` directories, which ``helm install`` creates as they are.
+For charts with ``crds/`` (JobSet in Kubeflow Trainer, cloudcore, Sedna, LWS): create
+``helm template ... --include-crds | decice-sim-postrender --chart-crds`` first (only
+the ``crds/`` documents, adapted), then ``helm install --skip-crds --post-renderer
+decice-sim-postrender``.
 
 Report: when ``$DECICE_POSTRENDER_REPORT`` (or ``--report PATH``) names a file, a JSON
 report of every rewrite is written there (see :func:`report`); without one, no file.
