@@ -136,7 +136,7 @@ def test_apiscan_imports_only_the_standard_library() -> None:
     """The CLI imports this very file: nothing from Ansible, kubernetes or decice."""
     tree = ast.parse(APISCAN.read_text())
     imported = {
-        (node.module if isinstance(node, ast.ImportFrom) else alias.name).split(".")[0]
+        ((node.module or "") if isinstance(node, ast.ImportFrom) else alias.name).split(".")[0]
         for node in ast.walk(tree)
         if isinstance(node, ast.Import | ast.ImportFrom)
         for alias in node.names
