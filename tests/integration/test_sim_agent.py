@@ -248,6 +248,51 @@ def test_status_file_counts(agent: Path, core: client.CoreV1Api) -> None:
     assert status["relists"] >= 1 and status["write_errors"] == 0
 
 
+def make_job(name: str, annotations: dict[str, str] | None = None) -> client.V1Job:
+    pod = client.V1PodTemplateSpec(
+        metadata=client.V1ObjectMeta(annotations=annotations),
+        spec=client.V1PodSpec(
+            restart_policy="Never",
+            containers=[client.V1Container(name="main", image="registry.invalid/none:1")],
+        ),
+    )
+    return client.V1Job(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1JobSpec(completions=1, backoff_limit=0, template=pod),
+    )
+
+
+def job_condition(batch: client.BatchV1Api, name: str) -> str | None:
+    conds = batch.read_namespaced_job_status(name, NS).status.conditions or []
+    return next((c.type for c in conds if c.status == "True"), None)
+
+
+@pytest.mark.sim
+def test_job_pod_succeeds_after_the_job_duration_and_the_job_completes(
+    agent: Path, core: client.CoreV1Api
+) -> None:
+    batch = client.BatchV1Api(core.api_client)
+    t0 = time.monotonic()
+    batch.create_namespaced_job(NS, make_job("one-shot"))
+    wait_for("job one-shot Complete", lambda: job_condition(batch, "one-shot") == "Complete", 60)
+    assert time.monotonic() - t0 >= 2.0  # the agent's default Job pod duration
+    pods = core.list_namespaced_pod(NS, label_selector="job-name=one-shot").items
+    assert [p.status.phase for p in pods] == ["Succeeded"]
+    term = pods[0].status.container_statuses[0].state.terminated
+    assert term.exit_code == 0 and term.reason == "Completed"
+    assert batch.read_namespaced_job_status("one-shot", NS).status.succeeded == 1
+
+
+@pytest.mark.sim
+def test_job_pod_annotations_keep_precedence(agent: Path, core: client.CoreV1Api) -> None:
+    batch = client.BatchV1Api(core.api_client)
+    batch.create_namespaced_job(NS, make_job("crashes", {"decice.io/sim-exit-code": "7"}))
+    wait_for("job crashes Failed", lambda: job_condition(batch, "crashes") == "Failed", 60)
+    pods = core.list_namespaced_pod(NS, label_selector="job-name=crashes").items
+    assert [p.status.phase for p in pods] == ["Failed"]
+    assert pods[0].status.container_statuses[0].state.terminated.exit_code == 7
+
+
 @pytest.mark.sim
 def test_register_is_idempotent_and_count_reduction_deletes_extra_nodes(
     control_plane: ControlPlaneInfo, core: client.CoreV1Api
