@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from decice.kubespray import edge, run
-from decice.targets.base import Phase, PhaseContext, kubeconfig_path
+from decice.targets.base import Phase, PhaseContext, api_baseline_path, kubeconfig_path
 
 
 def _prepare(ctx: PhaseContext) -> run.Prepared:
@@ -70,6 +70,7 @@ def reset_kubernetes(ctx: PhaseContext) -> str:
         return NOTHING_TO_RESET
     prepared = _prepare(ctx)
     run.reset(prepared, ctx.kubeconfig, progress=ctx.progress)
+    api_baseline_path(ctx.state_dir).unlink(missing_ok=True)  # its cluster is gone
     return f"kubespray {prepared.source.tag} reset.yml (flush_iptables/reset_restart_network off)"
 
 

@@ -46,6 +46,11 @@ def helm_binary() -> str:
     return shutil.which("helm") or "helm"
 
 
+def api_baseline_path(state_dir: Path) -> Path:
+    """The cluster's API objects before the first add-on (the addons play writes it)."""
+    return state_dir.resolve() / "addons" / "api-baseline.json"
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """How a lifecycle command was asked to run."""

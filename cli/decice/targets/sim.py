@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from decice.errors import RunFailedError
-from decice.targets.base import Phase, PhaseContext, Target, kubeconfig_path
+from decice.targets.base import Phase, PhaseContext, Target, api_baseline_path, kubeconfig_path
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -177,6 +177,7 @@ def reset_kubernetes(ctx: PhaseContext) -> str:
         remove_data_dir(plane_dir)
     shutil.rmtree(root)
     ctx.kubeconfig.unlink(missing_ok=True)
+    api_baseline_path(ctx.state_dir).unlink(missing_ok=True)  # its cluster is gone
     return "scheduler, control plane and node agent stopped; data removed"
 
 
