@@ -1,0 +1,323 @@
+"""The add-on engine with the REAL upstream charts (../shared/mirror) on a real 1.20 apiserver.
+
+Volcano 1.15.1 and Kubeflow Trainer 2.3.0 (+JobSet) go through the collection's
+playbooks (the plain `ansible-playbook` way in, the same engine the CLI drives) on the
+session's sim control plane; one test drives the whole CLI on its own sim. Fault cases:
+a release left pending-install by a killed helm, a custom resource whose finalizer's
+controller is gone, a webhook left behind with failurePolicy Fail, a chart whose
+sha256 does not match the pin. Zero leftovers are checked twice: by decice's own scan
+(down fails otherwise) and by this file's independent before/after diff over discovery.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, dynamic
+from kubernetes.client.rest import ApiException
+from kubernetes.dynamic.resource import ResourceList
+
+from decice.sim.binaries import BinarySet
+from decice.sim.controlplane import ControlPlaneInfo
+from tests.support import REPO, require, run_decice, run_playbook, wait_for
+
+pytestmark = pytest.mark.addons
+
+MIRROR = REPO.parent / "shared" / "mirror"
+POST_RENDERER = str(Path(sys.executable).parent / "decice-sim-postrender")
+ADDONS = ("volcano", "kubeedge", "sedna", "interlink", "kubeflow")
+NAMESPACES = ("volcano-system", "kubeflow-system")
+
+
+@pytest.fixture(scope="module")
+def mirror() -> Path:
+    require((MIRROR / "charts" / "SHA256SUMS").is_file(), f"the upstream mirror {MIRROR}")
+    return MIRROR
+
+
+def _vars(tmp: Path, kubeconfig: Path, helm: Path, mirror: Path, enabled: tuple[str, ...]) -> Path:
+    data = {
+        "decice_kubeconfig": str(kubeconfig),
+        "decice_state_dir": str(tmp / "state"),
+        "decice_helm": str(helm),
+        "decice_post_renderer": POST_RENDERER,
+        "decice_mirror": str(mirror),
+        "decice_spec": {
+            "target": "sim",
+            "addons": {name: {"enabled": name in enabled} for name in ADDONS},
+        },
+    }
+    path = tmp / f"vars-{'-'.join(enabled) or 'none'}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _play(command: str, varfile: Path) -> tuple[int, str, dict[str, int]]:
+    result = run_playbook("inventories/local", command, "--tags", "addons", "-e", f"@{varfile}")
+    recap = re.search(r"localhost\s+:\s+(.*)", result.stdout)
+    stats = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", recap.group(1))} if recap else {}
+    return result.returncode, result.stdout + result.stderr, stats
+
+
+def _api_objects(api: client.ApiClient) -> set[tuple[str, str, str, str]]:
+    """Independent of decice: (apiVersion, kind, namespace, name) of every cluster-scoped
+    object and of every object in the add-on namespaces, over discovery."""
+    dyn = dynamic.DynamicClient(api)
+    noise = {"Event", "Lease", "Endpoints", "EndpointSlice", "ComponentStatus"}
+    out: set[tuple[str, str, str, str]] = set()
+    for resource in dyn.resources.search():
+        verbs = getattr(resource, "verbs", None) or []
+        if "list" not in verbs or "/" in resource.name or resource.kind in noise:
+            continue
+        if resource.preferred is False or isinstance(resource, ResourceList):
+            continue
+        try:
+            if resource.namespaced:
+                items = []
+                for ns in NAMESPACES:
+                    items.extend(resource.get(namespace=ns).items)
+            else:
+                items = resource.get().items
+        except ApiException:
+            continue
+        for item in items:
+            meta = item.metadata
+            if resource.kind == "Secret" and str(meta.name).startswith("default-token-"):
+                continue
+            if resource.kind in {"ServiceAccount", "ConfigMap"} and meta.name in {
+                "default",
+                "kube-root-ca.crt",
+            }:
+                continue
+            out.add((resource.group_version, resource.kind, meta.namespace or "", meta.name))
+    return out
+
+
+def _helm(helm: Path, kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(helm), "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
+def _release_status(helm: Path, kubeconfig: Path, name: str, namespace: str) -> str:
+    out = _helm(helm, kubeconfig, "status", name, "-n", namespace, "-o", "json")
+    return json.loads(out.stdout)["info"]["status"] if out.returncode == 0 else ""
+
+
+@pytest.fixture(scope="module")
+def env(
+    sim_control_plane: ControlPlaneInfo,
+    sim_binaries: BinarySet,
+    mirror: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, Any]]:
+    require(Path(POST_RENDERER).is_file(), f"{POST_RENDERER} (pip install -e .)")
+    from kubernetes import config
+
+    from tests.integration.simsupport import SchedulerProc, start_agent, stop_process
+
+    tmp = tmp_path_factory.mktemp("addons")
+    group = {
+        "name_prefix": "addon",
+        "count": 3,
+        "capacity": {"cpu": "32", "memory": "128Gi", "pods": "110"},
+    }
+    agent, _ = start_agent(sim_control_plane, tmp, [group])
+    # the session control plane runs no kube-scheduler: the bundled scheduler places the
+    # add-ons' pods (Deployments, hook Jobs) under the default scheduler's name
+    scheduler = SchedulerProc(sim_control_plane.kubeconfig, tmp, name="default-scheduler")
+    scheduler.start()
+    try:
+        yield {
+            "tmp": tmp,
+            "kubeconfig": sim_control_plane.kubeconfig,
+            "helm": sim_binaries.path("helm"),
+            "api": config.new_client_from_config(str(sim_control_plane.kubeconfig)),
+        }
+    finally:
+        scheduler.stop()
+        stop_process(agent)
+
+
+def test_volcano_and_trainer_up_idempotent_down_zero_leftovers(env: dict[str, Any]) -> None:
+    kc, helm, api = env["kubeconfig"], env["helm"], env["api"]
+    both = _vars(env["tmp"], kc, helm, MIRROR, ("volcano", "kubeflow"))
+    before = _api_objects(api)
+
+    # a killed install left the release pending-install: `up` must complete it anyway
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": "volcano-system"}})
+    chart = MIRROR / "charts" / "volcano-1.15.1.tgz"
+    killed = subprocess.Popen(
+        [str(helm), "--kubeconfig", str(kc), "install", "volcano", str(chart), "-n",
+         "volcano-system", "--post-renderer", POST_RENDERER, "--wait", "--timeout", "10m"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    wait_for(
+        "a pending-install release",
+        lambda: _release_status(helm, kc, "volcano", "volcano-system") == "pending-install",
+        timeout=120,
+    )
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+
+    rc, out, stats = _play("up", both)
+    assert rc == 0, out[-6000:]
+    assert stats["changed"] > 0
+    assert _release_status(helm, kc, "volcano", "volcano-system") == "deployed"
+    assert _release_status(helm, kc, "kubeflow-trainer", "kubeflow-system") == "deployed"
+    ext = client.ApiextensionsV1Api(api)
+    crds = {c.metadata.name for c in ext.list_custom_resource_definition().items}
+    assert {"queues.scheduling.volcano.sh", "trainjobs.trainer.kubeflow.org"} <= crds
+    assert "jobsets.jobset.x-k8s.io" in crds  # from the subchart's crds/, adapted by decice
+    runtimes = dynamic.DynamicClient(api).resources.get(
+        api_version="trainer.kubeflow.org/v1alpha1", kind="ClusterTrainingRuntime"
+    )
+    assert [r.metadata.name for r in runtimes.get().items] == ["torch-distributed"]
+
+    rc, out, stats = _play("up", both)
+    assert rc == 0, out[-6000:]
+    assert stats["changed"] == 0, "a second up changed something"
+    history = _helm(helm, kc, "history", "volcano", "-n", "volcano-system", "-o", "json")
+    assert len(json.loads(history.stdout)) == 1, "a second up made a new helm revision"
+
+    # a custom resource held by a finalizer whose controller will be gone
+    commands = dynamic.DynamicClient(api).resources.get(
+        api_version="bus.volcano.sh/v1alpha1", kind="Command"
+    )
+    commands.create(
+        body={
+            "apiVersion": "bus.volcano.sh/v1alpha1",
+            "kind": "Command",
+            "metadata": {
+                "name": "held",
+                "namespace": "volcano-system",
+                "finalizers": ["example.org/hold"],
+            },
+            "action": "AbortJob",
+        },
+        namespace="volcano-system",
+    )
+
+    rc, out, _ = _play("down", both)
+    assert rc == 0, out[-6000:]
+    assert "Fail on leftovers" in out  # decice's own scan ran (and found none)
+    after = _api_objects(api)
+    assert after - before == set(), f"left behind: {sorted(after - before)}"
+    rc, out, _ = _play("down", both)
+    assert rc == 0, "down twice: " + out[-4000:]
+
+
+def test_down_with_nothing_installed(env: dict[str, Any]) -> None:
+    varfile = _vars(env["tmp"], env["kubeconfig"], env["helm"], MIRROR, ("volcano", "kubeflow"))
+    rc, out, stats = _play("down", varfile)
+    assert rc == 0, out[-4000:]
+    assert stats["changed"] == 0
+
+
+def test_leftover_webhook_blocks_pods_until_down_removes_it(env: dict[str, Any]) -> None:
+    api = env["api"]
+    core = client.CoreV1Api(api)
+    webhook = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "volcano-admission-service-pods-validate"},
+        "webhooks": [
+            {
+                "name": "validatepod.volcano.sh",
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "clientConfig": {
+                    "service": {
+                        "name": "volcano-admission-service",
+                        "namespace": "volcano-system",
+                        "path": "/pods/validate",
+                    }
+                },
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                    }
+                ],
+            }
+        ],
+    }
+    client.AdmissionregistrationV1Api(api).create_validating_webhook_configuration(webhook)
+    pod = {
+        "metadata": {"name": "blocked", "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "decice.invalid/x:1"}]},
+    }
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_pod("default", pod)
+    assert "failed calling webhook" in str(refused.value.body)
+
+    rc, out, _ = _play(
+        "down", _vars(env["tmp"], env["kubeconfig"], env["helm"], MIRROR, ("volcano",))
+    )
+    assert rc == 0, out[-4000:]
+    core.create_namespaced_pod("default", pod)
+    core.delete_namespaced_pod("blocked", "default", grace_period_seconds=0)
+
+
+def test_checksum_mismatch_stops_before_anything_is_installed(env: dict[str, Any]) -> None:
+    bad = env["tmp"] / "bad-mirror"
+    shutil.copytree(MIRROR / "charts", bad / "charts")
+    chart = bad / "charts" / "volcano-1.15.1.tgz"
+    chart.write_bytes(chart.read_bytes() + b"\0")
+    rc, out, _ = _play("up", _vars(env["tmp"], env["kubeconfig"], env["helm"], bad, ("volcano",)))
+    assert rc != 0
+    assert (
+        f"{chart}: sha256 " in out and "is not the pinned" in out and "Nothing was installed" in out
+    )
+    names = {n.metadata.name for n in client.CoreV1Api(env["api"]).list_namespace().items}
+    assert "volcano-system" not in names
+
+
+def test_cli_up_records_versions_and_sha256_down_reset_verify(tmp_path: Path, mirror: Path) -> None:
+    """The acceptance path: `decice up` on the sim with volcano and kubeflow from the mirror."""
+    from decice import versions
+
+    spec = tmp_path / "decice.yaml"
+    spec.write_text(
+        "name: addons-cli\ntarget: sim\n"
+        "sim:\n  nodes:\n    - {name_prefix: w, count: 3, capacity: {cpu: '32', memory: 128Gi}}\n"
+        "addons:\n  volcano: {enabled: true}\n  kubeedge: {enabled: false}\n"
+        "  sedna: {enabled: false}\n  interlink: {enabled: false}\n  kubeflow: {enabled: true}\n"
+        f"mirror:\n  path: {mirror}\n"
+    )
+    try:
+        up = run_decice(tmp_path, "up", "--json", timeout=1200)
+        assert up.returncode == 0, up.stderr[-4000:]
+        record = json.loads(up.stdout)
+        assert record["status"] == "ok", record["failures"] or record["not_done"]
+        pinned = versions.pinned()
+        for name, key in (("volcano", "volcano"), ("kubeflow", "kubeflow_trainer")):
+            assert record["installed"][name]["sha256"] == pinned[key]["artifact"]["sha256"]
+            assert record["installed"][name]["version"] == pinned[key]["version"]
+            assert record["verified"][name].count("not possible on sim") == 1
+        assert record["installed"]["volcano"]["adapted_for_sim"], "the sim adaptation is listed"
+        down = run_decice(tmp_path, "down", "--json", timeout=900)
+        assert down.returncode == 0, down.stderr[-4000:]
+        assert json.loads(down.stdout)["status"] == "ok"
+    finally:
+        reset = run_decice(tmp_path, "reset", "--yes", "--json", timeout=600)
+    assert reset.returncode == 0, reset.stderr[-4000:]
+    verify = run_decice(tmp_path, "verify", timeout=600)
+    assert verify.returncode == 0, verify.stderr[-4000:]
