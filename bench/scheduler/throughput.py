@@ -369,41 +369,51 @@ def one_run(
             cp.stop()
 
 
+# (summary key, run key) for each side's figures, in the order the summary lists them
+_DECICE_FIGURES = (
+    ("decice_pps", "pods_per_s"),
+    ("decision_p50_ms", "decision_p50_ms"),
+    ("decision_p99_ms", "decision_p99_ms"),
+    ("decision_cpu_p50_ms", "decision_cpu_p50_ms"),
+    ("decision_cpu_p99_ms", "decision_cpu_p99_ms"),
+    ("drift", "drift"),
+    ("rejections", "rejections"),
+    ("rejections_source", None),
+    ("decice_cpu_ms_per_pod", "cpu_ms_per_pod"),
+    ("decice_first_bind_s", "first_bind_s"),
+    ("decice_load1", "load1"),
+    ("decice_preemptions", "preemptions"),
+    ("decice_bind_p50_ms", "bind_p50_ms"),
+    ("decice_bind_p99_ms", "bind_p99_ms"),
+)
+_KUBE_FIGURES = tuple(
+    (f"kube_{key}", key)
+    for key in (
+        "decision_p50_ms",
+        "decision_p99_ms",
+        "rejections",
+        "cpu_ms_per_pod",
+        "first_bind_s",
+        "load1",
+        "preemptions",
+        "bind_p50_ms",
+        "bind_p99_ms",
+    )
+)
+_REJECTIONS_SOURCE = "admission replay over the final LIST (no node agent runs)"
+
+
 def summary(decice: dict[str, Any] | None, kube: dict[str, Any] | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     run = decice or kube or {}
     out.update(nodes=run.get("nodes"), pods=run.get("pods"), qps=run.get("qps"))
     out["burst"] = run.get("burst")
     if decice is not None:
-        out.update(
-            decice_pps=decice["pods_per_s"],
-            decision_p50_ms=decice["decision_p50_ms"],
-            decision_p99_ms=decice["decision_p99_ms"],
-            decision_cpu_p50_ms=decice["decision_cpu_p50_ms"],
-            decision_cpu_p99_ms=decice["decision_cpu_p99_ms"],
-            drift=decice["drift"],
-            rejections=decice["rejections"],
-            rejections_source="admission replay over the final LIST (no node agent runs)",
-            decice_cpu_ms_per_pod=decice["cpu_ms_per_pod"],
-            decice_first_bind_s=decice["first_bind_s"],
-            decice_load1=decice["load1"],
-            decice_preemptions=decice["preemptions"],
-            decice_bind_p50_ms=decice["bind_p50_ms"],
-            decice_bind_p99_ms=decice["bind_p99_ms"],
-        )
+        for key, field in _DECICE_FIGURES:
+            out[key] = _REJECTIONS_SOURCE if field is None else decice[field]
     if kube is not None:
-        out.update(
-            kube_pps=kube["pods_per_s"],
-            kube_decision_p50_ms=kube["decision_p50_ms"],
-            kube_decision_p99_ms=kube["decision_p99_ms"],
-            kube_rejections=kube["rejections"],
-            kube_cpu_ms_per_pod=kube["cpu_ms_per_pod"],
-            kube_first_bind_s=kube["first_bind_s"],
-            kube_load1=kube["load1"],
-            kube_preemptions=kube["preemptions"],
-            kube_bind_p50_ms=kube["bind_p50_ms"],
-            kube_bind_p99_ms=kube["bind_p99_ms"],
-        )
+        out["kube_pps"] = kube["pods_per_s"]
+        out.update((key, kube[field]) for key, field in _KUBE_FIGURES)
     if decice is not None and kube is not None and kube["pods_per_s"]:
         out["ratio"] = round(decice["pods_per_s"] / kube["pods_per_s"], 3)
     return out
