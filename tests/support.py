@@ -1,6 +1,6 @@
 """Test support: prerequisite handling that fails loudly in CI and skips elsewhere, the
 one way tests wait for a condition, the decice CLI and ansible-playbook as subprocesses,
-process liveness."""
+process liveness, run records."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from decice import records
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 REPO = Path(__file__).resolve().parents[1]
@@ -80,3 +82,27 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return text.rsplit(")", 1)[1].split()[0] not in {"Z", "X"}
+
+
+def run_record(
+    run_id: str = "r",
+    *,
+    command: str = "up",
+    target: str = "sim",
+    host: str = "h",
+    spec: str = "s",
+    spec_sha256: str = "",
+    artifacts: str = "",
+) -> records.RunRecord:
+    """A fresh run record owned by this process (no argv, no phases yet)."""
+    return records.RunRecord(
+        id=run_id,
+        command=command,
+        argv=[],
+        pid=os.getpid(),
+        host=host,
+        spec=spec,
+        spec_sha256=spec_sha256,
+        target=target,
+        artifacts=artifacts,
+    )

@@ -24,9 +24,9 @@ import yaml
 
 from decice import inventory, spec
 from decice.kubespray import phases, run, source, venv
-from decice.records import RunRecord
 from decice.targets import PhaseContext, RunOptions
 from tests.kubespray_standin import COMMIT, STANDIN, make_archive
+from tests.support import run_record
 
 pytestmark = pytest.mark.local
 
@@ -78,15 +78,12 @@ def _context(workspace: Path, run_id: str) -> PhaseContext:
     run_dir = workspace / ".decice" / "runs" / run_id
     inv = inventory.build(loaded, inventory.allocate(loaded))
     inventory.write(inv, run_dir / "inventory.yml")
-    record = RunRecord(
-        id=run_id,
-        command="up",
-        argv=[],
-        pid=os.getpid(),
+    record = run_record(
+        run_id,
+        target="static",
         host="test",
         spec=loaded.label,
         spec_sha256=loaded.sha256,
-        target="static",
         artifacts=str(run_dir),
     )
     return PhaseContext(loaded, record, RunOptions(), lambda _text: None, inv)

@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from decice import records
 from decice.kubespray.phases import _ever_deployed
+from tests.support import run_record
 
 pytestmark = pytest.mark.unit
 
 
 def _record(run_id: str, command: str, status: str) -> records.RunRecord:
-    rec = records.RunRecord(
-        id=run_id,
-        command=command,
-        argv=[],
-        pid=os.getpid(),
-        host="h",
-        spec="s",
-        spec_sha256="",
-        target="static",
-    )
+    rec = run_record(run_id, command=command, target="static")
     rec.phases = [records.PhaseRecord("preflight", "ok"), records.PhaseRecord("kubernetes", status)]
     return rec
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from decice import records
 from decice.runner import (
     HostResult,
     NoHostsMatched,
@@ -20,6 +18,7 @@ from decice.runner import (
     run_playbook,
 )
 from decice.tracking import PhaseTracker, conclude
+from tests.support import run_record
 
 pytestmark = pytest.mark.unit
 
@@ -117,16 +116,7 @@ def test_events_phases_and_failure_in_plain_words(tmp_path: Path) -> None:
 
 
 def test_tracker_records_phases(tmp_path: Path) -> None:
-    record = records.RunRecord(
-        id="r",
-        command="up",
-        argv=[],
-        pid=os.getpid(),
-        host="h",
-        spec="s",
-        spec_sha256="",
-        target="sim",
-    )
+    record = run_record()
     tracker = PhaseTracker(record, ["alpha", "empty", "beta", "gamma"])
     for event in _run(tmp_path):
         tracker.apply(event)  # type: ignore[arg-type]
@@ -193,16 +183,7 @@ def test_not_done_components_make_the_run_incomplete(tmp_path: Path) -> None:
     (tmp_path / "play.yml").write_text(NOT_DONE_PLAYBOOK)
     (tmp_path / "inv.yml").write_text(INVENTORY)
     run = PlaybookRun(tmp_path / "play.yml", tmp_path / "inv.yml", tmp_path / "pdd")
-    record = records.RunRecord(
-        id="r",
-        command="up",
-        argv=[],
-        pid=os.getpid(),
-        host="h",
-        spec="s",
-        spec_sha256="",
-        target="sim",
-    )
+    record = run_record()
     tracker = PhaseTracker(record, ["addons"])
     for event in run_playbook(run):
         tracker.apply(event)
