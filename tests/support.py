@@ -1,6 +1,6 @@
 """Test support: prerequisite handling that fails loudly in CI and skips elsewhere, the
 one way tests wait for a condition, the decice CLI and ansible-playbook as subprocesses,
-process liveness, run records."""
+process liveness, run records, a filled scheduler cluster state."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from decice import records
+from decice_scheduler.state import ClusterState
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 REPO = Path(__file__).resolve().parents[1]
@@ -106,3 +107,13 @@ def run_record(
         target=target,
         artifacts=artifacts,
     )
+
+
+def cluster_state(nodes: Iterable[Any], pods: Iterable[Any] = ()) -> ClusterState:
+    """A scheduler cluster state holding ``nodes``, then ``pods``."""
+    state = ClusterState()
+    for node in nodes:
+        state.add_node(node)
+    for pod in pods:
+        state.add_pod(pod)
+    return state

@@ -11,6 +11,7 @@ from decice_scheduler.podinfo import PodInfo
 from decice_scheduler.profile import Profile, load_profile
 from decice_scheduler.scheduling import feasible_target, schedule_one
 from decice_scheduler.state import ClusterState
+from tests.support import cluster_state
 
 pytestmark = pytest.mark.unit
 
@@ -32,11 +33,7 @@ class Broken(ScorePlugin):
 
 
 def snapshot(*nodes, pods=()):
-    state = ClusterState()
-    for n in nodes:
-        state.add_node(n)
-    for p in pods:
-        state.add_pod(p)
+    state = cluster_state(nodes, pods)
     return state, state.snapshot()
 
 

@@ -14,7 +14,7 @@ from decice_scheduler.plugins.node_filters import (
 from decice_scheduler.plugins.placement import HybridPlacement, node_class
 from decice_scheduler.plugins.taints import TaintToleration, TaintTolerationScore
 from decice_scheduler.podinfo import PodInfo
-from decice_scheduler.state import ClusterState
+from tests.support import cluster_state
 
 pytestmark = pytest.mark.unit
 
@@ -22,12 +22,7 @@ GPU = "nvidia.com/gpu"
 
 
 def infos(*nodes, pods=()):
-    state = ClusterState()
-    for node in nodes:
-        state.add_node(node)
-    for pod in pods:
-        state.add_pod(pod)
-    snap = state.snapshot()
+    snap = cluster_state(nodes, pods).snapshot()
     return {n.name: n for n in snap}
 
 
