@@ -84,43 +84,44 @@ def test_largest_init_container_wins_over_smaller_apps():
     assert pod_request(pod) == Resources(2000, 100 * MI, 1)
 
 
-def test_sidecars_add_to_apps_and_to_later_init_steps():
-    pod = make_pod(
-        "p",
-        containers=[container("app", {"cpu": "1"})],
-        init_containers=[
-            container("early-init", {"cpu": "1500m"}),
-            container("sidecar", {"cpu": "500m"}, restart_policy="Always"),
-            container("late-init", {"cpu": "1200m"}),
-        ],
-    )
-    # apps + sidecar = 1500; early step = 1500; late step = 1200 + 500 sidecar = 1700
-    assert pod_request(pod).cpu == 1700
+def sidecar(name: str, requests: dict[str, str]) -> dict:
+    """An init container that keeps running (restartPolicy: Always)."""
+    return container(name, requests, restart_policy="Always")
 
 
-def test_sidecar_started_after_an_init_container_is_not_in_its_step():
-    pod = make_pod(
-        "p",
-        containers=[container("app", {"cpu": "100m"})],
-        init_containers=[
-            container("init", {"cpu": "1"}),
-            container("sidecar", {"cpu": "300m"}, restart_policy="Always"),
-        ],
-    )
-    # init step = 1000 (sidecar not yet running); apps + sidecar = 400
-    assert pod_request(pod).cpu == 1000
-
-
-def test_sidecars_accumulate_in_later_sidecar_steps():
-    pod = make_pod(
-        "p",
-        containers=[container("app", {"memory": "10Mi"})],
-        init_containers=[
-            container("s1", {"memory": "100Mi"}, restart_policy="Always"),
-            container("s2", {"memory": "100Mi"}, restart_policy="Always"),
-        ],
-    )
-    assert pod_request(pod).memory == 210 * MI
+@pytest.mark.parametrize(
+    ("app", "init_containers", "field", "want"),
+    [
+        pytest.param(
+            {"cpu": "1"},
+            [
+                container("early-init", {"cpu": "1500m"}),
+                sidecar("sidecar", {"cpu": "500m"}),
+                container("late-init", {"cpu": "1200m"}),
+            ],
+            "cpu",
+            1700,  # apps + sidecar = 1500; early step = 1500; late step = 1200 + 500 sidecar
+            id="sidecars-add-to-apps-and-to-later-init-steps",
+        ),
+        pytest.param(
+            {"cpu": "100m"},
+            [container("init", {"cpu": "1"}), sidecar("sidecar", {"cpu": "300m"})],
+            "cpu",
+            1000,  # init step = 1000 (sidecar not yet running); apps + sidecar = 400
+            id="sidecar-started-after-an-init-container-is-not-in-its-step",
+        ),
+        pytest.param(
+            {"memory": "10Mi"},
+            [sidecar("s1", {"memory": "100Mi"}), sidecar("s2", {"memory": "100Mi"})],
+            "memory",
+            210 * MI,
+            id="sidecars-accumulate-in-later-sidecar-steps",
+        ),
+    ],
+)
+def test_sidecar_init_steps(app, init_containers, field, want):
+    pod = make_pod("p", containers=[container("app", app)], init_containers=init_containers)
+    assert getattr(pod_request(pod), field) == want
 
 
 def test_overhead_is_added_after_the_max():
