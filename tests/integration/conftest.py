@@ -16,9 +16,9 @@ from kubernetes import client, config
 from decice import lab
 from decice.errors import DeciceError
 from decice.sim.binaries import BinarySet, resolve_binaries
-from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
+from decice.sim.controlplane import ControlPlaneInfo
 from tests.integration.labsupport import lab_name, require_lab_prerequisites
-from tests.integration.simsupport import require_sim
+from tests.integration.simsupport import require_sim, running_control_plane
 from tests.support import require
 
 
@@ -73,11 +73,10 @@ def sim_control_plane(
 ) -> Iterator[ControlPlaneInfo]:
     """One running control plane for the session (controller-manager on, node-lifecycle
     off: Nodes created Ready stay Ready without heartbeats; no kube-scheduler)."""
-    cp = ControlPlane(tmp_path_factory.mktemp("sim-cp"), sim_binaries, node_lifecycle=False)
-    try:
-        yield cp.start()
-    finally:
-        cp.stop()
+    with running_control_plane(
+        tmp_path_factory.mktemp("sim-cp"), sim_binaries, node_lifecycle=False
+    ) as info:
+        yield info
 
 
 @pytest.fixture(scope="session")

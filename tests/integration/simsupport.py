@@ -197,6 +197,19 @@ class SchedEnv:
 
 
 @contextlib.contextmanager
+def running_control_plane(
+    data_dir: Path, binaries: BinarySet, **options: Any
+) -> Iterator[ControlPlaneInfo]:
+    """A started control plane (``options`` as :class:`ControlPlane` takes them), stopped
+    afterwards, also when it failed to start."""
+    cp = ControlPlane(data_dir, binaries, **options)
+    try:
+        yield cp.start()
+    finally:
+        cp.stop()
+
+
+@contextlib.contextmanager
 def running_env(
     binaries: BinarySet,
     workdir: Path,

@@ -19,7 +19,12 @@ from decice.sim.agent import agent_client, register_nodes
 from decice.sim.binaries import BinarySet
 from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
 from decice.spec_model import SimNodeGroup
-from tests.integration.simsupport import create_namespace, start_agent, stop_process
+from tests.integration.simsupport import (
+    create_namespace,
+    running_control_plane,
+    start_agent,
+    stop_process,
+)
 from tests.support import require, wait_for
 
 NS = "agent-test"
@@ -44,13 +49,10 @@ def control_plane(
 ) -> Iterator[ControlPlaneInfo]:
     """Control plane with the stock scheduler; node-lifecycle off (the sim default)."""
     require("kube-scheduler" in sim_binaries, "kube-scheduler binary")
-    cp = ControlPlane(
+    with running_control_plane(
         tmp_path_factory.mktemp("agent-cp"), sim_binaries, scheduler=True, node_lifecycle=False
-    )
-    try:
-        yield cp.start()
-    finally:
-        cp.stop()
+    ) as info:
+        yield info
 
 
 @pytest.fixture(scope="module")
