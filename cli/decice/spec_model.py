@@ -17,6 +17,13 @@ _LABEL_KEY = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-
 Quantity = Annotated[str | int, Field(description="a Kubernetes quantity such as 4, 500m, 16Gi")]
 
 
+def _dns_label(value: str, example: str = "") -> str:
+    """``value`` when it is a DNS label; else the error a spec field shows."""
+    if not _DNS_LABEL.match(value):
+        raise ValueError(f"use lower-case letters, digits and '-' (a DNS label{example})")
+    return value
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -141,9 +148,7 @@ class SimNodeGroup(_Model):
     @field_validator("name_prefix")
     @classmethod
     def _prefix(cls, value: str) -> str:
-        if not _DNS_LABEL.match(value):
-            raise ValueError("use lower-case letters, digits and '-' (a DNS label)")
-        return value
+        return _dns_label(value)
 
     @field_validator("capacity")
     @classmethod
@@ -182,9 +187,7 @@ class LabSpec(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _DNS_LABEL.match(value):
-            raise ValueError("use lower-case letters, digits and '-' (a DNS label)")
-        return value
+        return _dns_label(value)
 
 
 class Spec(_Model):
@@ -205,6 +208,4 @@ class Spec(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _DNS_LABEL.match(value):
-            raise ValueError("use lower-case letters, digits and '-' (a DNS label, e.g. my-exp)")
-        return value
+        return _dns_label(value, ", e.g. my-exp")
