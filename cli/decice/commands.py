@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,15 @@ _err = Console(stderr=True, highlight=False)
 
 def _emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def _report(json_out: bool, data: Callable[[], Any], render: Callable[[Console], None]) -> int:
+    """``data()`` as JSON on stdout with --json, else ``render`` to the console."""
+    if json_out:
+        _emit_json(data())
+    else:
+        render(_out)
+    return EXIT_OK
 
 
 def _confirm_reset(loaded: spec.LoadedSpec) -> None:
@@ -67,41 +78,27 @@ def show_plan(
 ) -> int:
     loaded = spec.load(spec_path)
     data = plan.build(loaded, only=only or [], skip=skip or [])
-    if json_out:
-        _emit_json(data)
-    else:
-        plan.render(data, _out)
-    return EXIT_OK
+    return _report(json_out, lambda: data, partial(plan.render, data))
 
 
 def show_status(spec_path: Path | None, *, json_out: bool) -> int:
     loaded = spec.load(spec_path)
     data = history.status(loaded)
-    if json_out:
-        _emit_json(data)
-    else:
-        history.render_status(data, _out)
-    return EXIT_OK
+    return _report(json_out, lambda: data, partial(history.render_status, data))
 
 
 def list_runs(spec_path: Path | None, *, json_out: bool) -> int:
     loaded = spec.load(spec_path)
     runs = records.RunStore(loaded.state_dir).list()
-    if json_out:
-        _emit_json([history.brief(r) for r in runs])
-    else:
-        history.render_runs(runs, _out)
-    return EXIT_OK
+    return _report(
+        json_out, lambda: [history.brief(r) for r in runs], partial(history.render_runs, runs)
+    )
 
 
 def show_run(run_id: str, spec_path: Path | None, *, json_out: bool) -> int:
     loaded = spec.load(spec_path)
     record = records.RunStore(loaded.state_dir).get(run_id)
-    if json_out:
-        _emit_json(record.to_dict())
-    else:
-        history.render_run(record, _out)
-    return EXIT_OK
+    return _report(json_out, record.to_dict, partial(history.render_run, record))
 
 
 def write_starter(target: str, path: Path, *, force: bool) -> int:
