@@ -1,6 +1,6 @@
 """Test support: prerequisite handling that fails loudly in CI and skips elsewhere, the
 one way tests wait for a condition, the decice CLI and ansible-playbook as subprocesses,
-process liveness, run records, a filled scheduler cluster state."""
+process liveness, run records, a filled scheduler cluster state, sim specs and pods."""
 
 from __future__ import annotations
 
@@ -117,3 +117,28 @@ def cluster_state(nodes: Iterable[Any], pods: Iterable[Any] = ()) -> ClusterStat
     for pod in pods:
         state.add_pod(pod)
     return state
+
+
+def sim_spec(name: str, *groups: tuple[str, int, str]) -> str:
+    """A sim-target spec's text; each group is (name prefix, count, capacity as an inline
+    YAML mapping's inside, e.g. ``cpu: "4", memory: 8Gi``)."""
+    lines = [f"name: {name}", "target: sim", "sim:", "  nodes:"]
+    for prefix, count, capacity in groups:
+        lines += [
+            f"    - name_prefix: {prefix}",
+            f"      count: {count}",
+            f"      capacity: {{{capacity}}}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def pod_manifest(
+    name: str, *, scheduler: str | None = None, resources: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A Pod of one container ``c`` (image ``x``) as the API takes it."""
+    container: dict[str, Any] = {"name": "c", "image": "x"}
+    if resources is not None:
+        container["resources"] = dict(resources)
+    spec: dict[str, Any] = {} if scheduler is None else {"schedulerName": scheduler}
+    spec["containers"] = [container]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}

@@ -35,23 +35,24 @@ from decice.sim.simnodes import expand, node_object
 from decice.spec_model import SimNodeGroup
 from tests.integration.labsupport import ssh
 from tests.integration.simsupport import require_sim
-from tests.support import REPO, pid_alive, run_decice, run_playbook, wait_for
+from tests.support import (
+    REPO,
+    pid_alive,
+    pod_manifest,
+    run_decice,
+    run_playbook,
+    sim_spec,
+    wait_for,
+)
 
 pytestmark = pytest.mark.scheduler
 
 
-SPEC = """\
-name: schedup
-target: sim
-sim:
-  nodes:
-    - name_prefix: w
-      count: 3
-      capacity: {cpu: "4", memory: 8Gi, pods: "110"}
-    - name_prefix: g
-      count: 1
-      capacity: {cpu: "8", memory: 16Gi, pods: "110", nvidia.com/gpu: "2"}
-"""
+SPEC = sim_spec(
+    "schedup",
+    ("w", 3, 'cpu: "4", memory: 8Gi, pods: "110"'),
+    ("g", 1, 'cpu: "8", memory: 16Gi, pods: "110", nvidia.com/gpu: "2"'),
+)
 
 
 def _json(result: subprocess.CompletedProcess[str]) -> Any:
@@ -87,21 +88,11 @@ def test_sim_up_schedules_then_down_and_reset_stop_it(tmp_path: Path) -> None:
         assert not [
             p for p in api.list_namespaced_pod("default").items if p.metadata.name.endswith("smoke")
         ], "the smoke pod must be deleted"
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "gpu-job"},
-            "spec": {
-                "schedulerName": "decice-scheduler",
-                "containers": [
-                    {
-                        "name": "c",
-                        "image": "x",
-                        "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                    }
-                ],
-            },
-        }
+        pod = pod_manifest(
+            "gpu-job",
+            scheduler="decice-scheduler",
+            resources={"limits": {"nvidia.com/gpu": "1"}},
+        )
         api.create_namespaced_pod("default", pod)
 
         def placed() -> Any:
@@ -351,15 +342,7 @@ def test_role_systemd_units_with_leader_election_on_lab_nodes(
         again = _ok(_playbook(lab_nodes.inventory, "up", extravars))
         assert again["changed"] == 0, "a second run must change nothing"
 
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "via-lab"},
-            "spec": {
-                "schedulerName": "decice-scheduler",
-                "containers": [{"name": "c", "image": "x"}],
-            },
-        }
+        pod = pod_manifest("via-lab", scheduler="decice-scheduler")
         api.create_namespaced_pod("default", pod)
         wait_for(
             "the leader on a lab node to bind the pod",

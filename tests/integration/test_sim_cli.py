@@ -10,23 +10,16 @@ import pytest
 from kubernetes import client, config
 
 from tests.integration.simsupport import require_sim
-from tests.support import pid_alive, run_decice, wait_for
+from tests.support import pid_alive, pod_manifest, run_decice, sim_spec, wait_for
 
 pytestmark = pytest.mark.sim
 
 
-SPEC_500 = """\
-name: sim500
-target: sim
-sim:
-  nodes:
-    - name_prefix: w
-      count: 480
-      capacity: {cpu: "8", memory: 32Gi, pods: "110"}
-    - name_prefix: g
-      count: 20
-      capacity: {cpu: "16", memory: 64Gi, pods: "110", nvidia.com/gpu: "4"}
-"""
+SPEC_500 = sim_spec(
+    "sim500",
+    ("w", 480, 'cpu: "8", memory: 32Gi, pods: "110"'),
+    ("g", 20, 'cpu: "16", memory: 64Gi, pods: "110", nvidia.com/gpu: "4"'),
+)
 
 
 @pytest.fixture(scope="module")
@@ -56,14 +49,7 @@ def test_500_nodes_ready_and_pods_placed(sim500: Any) -> None:
     assert kubeconfig.stat().st_mode & 0o777 == 0o600
     api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
 
-    small = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "small"},
-        "spec": {
-            "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]
-        },
-    }
+    small = pod_manifest("small", resources={"requests": {"cpu": "1"}})
     api.create_namespaced_pod("default", small)
 
     def running() -> bool:
@@ -72,15 +58,7 @@ def test_500_nodes_ready_and_pods_placed(sim500: Any) -> None:
 
     wait_for("the default-scheduler pod to run", running, timeout=60)
 
-    big = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "big"},
-        "spec": {
-            "schedulerName": "nobody",
-            "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "8"}}}],
-        },
-    }
+    big = pod_manifest("big", scheduler="nobody", resources={"requests": {"cpu": "8"}})
     api.create_namespaced_pod("default", big)
     node = api.read_namespaced_pod("small", "default").spec.node_name
     binding = {
