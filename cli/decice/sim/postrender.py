@@ -51,7 +51,7 @@ import os
 import re
 import sys
 from collections import Counter
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import Container, Iterator, MutableMapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -235,6 +235,19 @@ class _Adapter:
             Rewrite(self.kind, self.name, pointer(parts), rule, change, self.namespace)
         )
 
+    def drop_unknown(
+        self,
+        obj: MutableMapping[str, Any],
+        known: Container[str],
+        where: list[str | int],
+        rule: str,
+        why: str,
+    ) -> None:
+        """Remove each key of ``obj`` not in ``known``, noting ``removed 'key': why``."""
+        for key in [k for k in obj if k not in known]:
+            del obj[key]
+            self.note([*where, key], rule, f"removed {key!r}: {why}")
+
     # ---------------------------------------------------------- CRDs
 
     def crd(self) -> None:
@@ -248,28 +261,27 @@ class _Adapter:
             if not isinstance(version, dict):
                 continue
             where: list[str | int] = ["spec", "versions", i]
-            for key in [k for k in version if k not in CRD_VERSION_FIELDS]:
-                del version[key]
-                self.note(
-                    [*where, key],
-                    "unknown-crd-version-field",
-                    f"removed {key!r}: CustomResourceDefinitionVersion has no such field "
-                    f"in Kubernetes {TARGET}",
-                )
+            self.drop_unknown(
+                version,
+                CRD_VERSION_FIELDS,
+                where,
+                "unknown-crd-version-field",
+                f"CustomResourceDefinitionVersion has no such field in Kubernetes {TARGET}",
+            )
             schema = (version.get("schema") or {}).get("openAPIV3Schema")
             if isinstance(schema, dict):
                 self.schema(schema, [*where, "schema", "openAPIV3Schema"])
 
     def schema(self, node: MutableMapping[str, Any], where: list[str | int]) -> None:
         """Fix one JSONSchemaProps and, recursively, every schema below it."""
-        for key in [k for k in node if k not in SCHEMA_FIELDS]:
-            del node[key]
-            self.note(
-                [*where, key],
-                "unknown-schema-field",
-                f"removed {key!r}: JSONSchemaProps has no such field in Kubernetes {TARGET} "
-                "(client-side validation refuses it; the apiserver would drop it)",
-            )
+        self.drop_unknown(
+            node,
+            SCHEMA_FIELDS,
+            where,
+            "unknown-schema-field",
+            f"JSONSchemaProps has no such field in Kubernetes {TARGET} "
+            "(client-side validation refuses it; the apiserver would drop it)",
+        )
         if "default" in node:
             self.default(node, where)
         for key in ("properties", "patternProperties", "definitions"):
