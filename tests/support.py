@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,14 +49,21 @@ def run_decice(
     cwd: Path, *args: str, timeout: float = 1800, env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``decice ARGS`` in ``cwd`` (this interpreter), output captured, never raising."""
+    return run_captured([*DECICE, *args], cwd=cwd, timeout=timeout, env=env)
+
+
+def run_captured(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    input: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``argv`` with ``input`` on stdin, output captured as text, never raising."""
+    environ = None if env is None else dict(env)
     return subprocess.run(
-        [*DECICE, *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        check=False,
-        timeout=timeout,
-        env=None if env is None else dict(env),
+        argv, input=input, capture_output=True, text=True, cwd=cwd, timeout=timeout, env=environ
     )
 
 

@@ -21,7 +21,7 @@ import yaml
 
 from decice.sim import postrender
 from decice.sim.binaries import describe_binaries
-from tests.support import BIN, REPO, require
+from tests.support import BIN, REPO, require, run_captured
 
 pytestmark = pytest.mark.unit
 
@@ -77,12 +77,8 @@ def chart(name: str) -> Path:
 
 
 def helm_template(tgz: Path, *extra: str) -> str:
-    proc = subprocess.run(
-        [str(helm_path()), "template", "r", str(tgz), "--include-crds", *extra],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
+    proc = run_captured(
+        [str(helm_path()), "template", "r", str(tgz), "--include-crds", *extra], timeout=120
     )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
@@ -251,7 +247,7 @@ def test_helm_runs_it_as_post_renderer_and_it_writes_the_report(tmp_path):
     require(script.exists(), f"{script}: reinstall the package (pip install -e .)")
     report = tmp_path / "report.json"
     env = {**os.environ, postrender.REPORT_ENV: str(report)}
-    proc = subprocess.run(
+    proc = run_captured(
         [
             str(helm_path()),
             "template",
@@ -260,9 +256,6 @@ def test_helm_runs_it_as_post_renderer_and_it_writes_the_report(tmp_path):
             "--post-renderer",
             str(script),
         ],
-        capture_output=True,
-        text=True,
-        check=False,
         env=env,
         timeout=120,
     )
@@ -453,15 +446,8 @@ def test_cli_report_from_env_or_flag_and_none_without(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != postrender.REPORT_ENV}
 
     def run(*args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*argv, *args],
-            input=text,
-            capture_output=True,
-            text=True,
-            check=False,
-            cwd=tmp_path,
-            env={**env, **extra_env},
-            timeout=60,
+        return run_captured(
+            [*argv, *args], input=text, cwd=tmp_path, env={**env, **extra_env}, timeout=60
         )
 
     plain = run()
@@ -474,7 +460,5 @@ def test_cli_report_from_env_or_flag_and_none_without(tmp_path):
     )
     run("--report", str(tmp_path / "flag.json"))
     assert json.loads((tmp_path / "flag.json").read_text())["objects"] == 1
-    bad = subprocess.run(
-        argv, input="a: [\n", capture_output=True, text=True, check=False, env=env, timeout=60
-    )
+    bad = run_captured(argv, input="a: [\n", env=env, timeout=60)
     assert bad.returncode == 1 and "not YAML" in bad.stderr and bad.stdout == ""
