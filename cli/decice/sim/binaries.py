@@ -14,19 +14,19 @@ Per binary, the first source that has it wins:
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from decice import filelock
 from decice.errors import InputError
 from decice.paths import cache_dir
 from decice.sim.build import MANIFEST, RECIPE_BINARIES, BuildRecipe, binary_version, build_into
@@ -256,18 +256,11 @@ def _build_locked(
         return manifest, True
 
 
-@contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    with path.open("a") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.warning("waiting for another decice process building into %s", path.parent)
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+def _file_lock(path: Path) -> AbstractContextManager[None]:
+    def waiting() -> None:
+        log.warning("waiting for another decice process building into %s", path.parent)
+
+    return filelock.exclusive(path, on_wait=waiting)
 
 
 def _is_exec(path: Path) -> bool:

@@ -29,7 +29,6 @@ Behaviour choices (measured on a 2-core Debian 12 machine with this recipe):
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -39,12 +38,13 @@ import ssl
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from decice import filelock
 from decice.errors import InputError, RunFailedError
 from decice.sim.binaries import BinarySet
 from decice.sim.pki import Pki, ensure_pki, write_kubeconfig
@@ -422,14 +422,8 @@ class ControlPlane:
             processes={n: ProcessRecord.from_json(r) for n, r in state["processes"].items()},
         )
 
-    @contextmanager
-    def _lock(self) -> Iterator[None]:
-        with (self.data_dir / ".lock").open("a") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+    def _lock(self) -> AbstractContextManager[None]:
+        return filelock.exclusive(self.data_dir / ".lock")
 
 
 def remove_data_dir(data_dir: Path) -> None:
