@@ -149,3 +149,21 @@ def pod_manifest(
     spec: dict[str, Any] = {} if scheduler is None else {"schedulerName": scheduler}
     spec["containers"] = [container]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def crd_manifest(
+    group: str, kind: str, plural: str, schema: dict[str, Any], **version_extra: Any
+) -> dict[str, Any]:
+    """A namespaced CustomResourceDefinition with one served and stored version, v1."""
+    version = {"name": "v1", "served": True, "storage": True, **version_extra}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "names": {"kind": kind, "plural": plural},
+            "scope": "Namespaced",
+            "versions": [{**version, "schema": {"openAPIV3Schema": schema}}],
+        },
+    }

@@ -62,33 +62,33 @@ class Metrics:
         self.bind_errors = Counter(
             p + "bind_errors", "Failed binds by reason", ["reason"], registry=r
         )
-        self.e2e_latency = Histogram(
-            p + "e2e_scheduling_seconds",
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(p + name, doc, buckets=buckets, registry=r)
+
+        self.e2e_latency = histogram(
+            "e2e_scheduling_seconds",
             "From the pod first seen pending to its bind succeeding",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            _LATENCY_BUCKETS,
         )
-        self.bind_latency = Histogram(
-            p + "bind_seconds", "Duration of the binding POST", buckets=_LATENCY_BUCKETS, registry=r
+        self.bind_latency = histogram(
+            "bind_seconds", "Duration of the binding POST", _LATENCY_BUCKETS
         )
-        self.algorithm_latency = Histogram(
-            p + "algorithm_seconds",
+        self.algorithm_latency = histogram(
+            "algorithm_seconds",
             "Duration of one scheduling cycle (filter + score)",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            _LATENCY_BUCKETS,
         )
-        self.decision_latency = Histogram(
-            p + "decision_seconds",
+        self.decision_latency = histogram(
+            "decision_seconds",
             "One scheduling decision: pod parsed, snapshot taken, filtered and scored",
-            buckets=_DECISION_BUCKETS,
-            registry=r,
+            _DECISION_BUCKETS,
         )
-        self.decision_cpu = Histogram(
-            p + "decision_cpu_seconds",
+        self.decision_cpu = histogram(
+            "decision_cpu_seconds",
             "CPU time of one scheduling decision (the loop thread's own CPU: without the "
             "time other processes held the core)",
-            buckets=_DECISION_BUCKETS,
-            registry=r,
+            _DECISION_BUCKETS,
         )
         self.queue_depth = Gauge(p + "queue_depth", "Pending pods by queue", ["queue"], registry=r)
         self.drift_nodes = Gauge(

@@ -17,7 +17,7 @@ point in the ``decice_scheduler.plugins`` group.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,26 +67,33 @@ class Profile:
         filter_specs = config.get("filters")
         if filter_specs is None:
             filter_specs = [cls_.name for cls_ in BUILTIN_FILTERS]
-        filters = []
-        for spec in filter_specs:
-            name, args, _ = _entry(spec, "filters")
-            plugin = registry.create(name, args)
-            if not isinstance(plugin, FilterPlugin):
-                raise ValueError(f"filters: {name!r} is not a FilterPlugin")
-            filters.append(plugin)
+        filters: list[FilterPlugin] = [
+            plugin for plugin, _ in _plugins(registry, filter_specs, "filters", FilterPlugin)
+        ]
 
         score_specs = config.get("scores")
         if score_specs is None:
             score_specs = [{"name": n, "weight": w} for n, w in DEFAULT_SCORES]
-        scores = []
-        for spec in score_specs:
-            name, args, weight = _entry(spec, "scores")
-            plugin = registry.create(name, args)
-            if not isinstance(plugin, ScorePlugin):
-                raise ValueError(f"scores: {name!r} is not a ScorePlugin")
-            if weight:
-                scores.append((plugin, weight))
+        scores: list[tuple[ScorePlugin, int]] = [
+            (plugin, weight)
+            for plugin, weight in _plugins(registry, score_specs, "scores", ScorePlugin)
+            if weight
+        ]
         return cls(tuple(filters), tuple(scores), percentage)
+
+
+def _plugins(
+    registry: Registry, specs: Iterable[object], section: str, kind: type
+) -> list[tuple[Any, int]]:
+    """(plugin, weight) for each entry of a profile section, each checked to be a ``kind``."""
+    out: list[tuple[Any, int]] = []
+    for spec in specs:
+        name, args, weight = _entry(spec, section)
+        plugin = registry.create(name, args)
+        if not isinstance(plugin, kind):
+            raise ValueError(f"{section}: {name!r} is not a {kind.__name__}")
+        out.append((plugin, weight))
+    return out
 
 
 def _entry(spec: object, section: str) -> tuple[str, Mapping[str, Any] | None, int]:

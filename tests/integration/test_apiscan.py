@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from decice.sim.controlplane import ControlPlaneInfo
-from tests.support import BIN, REPO, wait_for
+from tests.support import BIN, REPO, crd_manifest, wait_for
 
 pytestmark = pytest.mark.sim
 
@@ -137,28 +137,9 @@ class Run:
 
     def create(self) -> None:
         self.core.create_namespace({"metadata": {"name": self.ns}})
+        schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
         self.crds.create_custom_resource_definition(
-            {
-                "metadata": {"name": self.crd},
-                "spec": {
-                    "group": self.group,
-                    "scope": "Namespaced",
-                    "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-                    "versions": [
-                        {
-                            "name": "v1",
-                            "served": True,
-                            "storage": True,
-                            "schema": {
-                                "openAPIV3Schema": {
-                                    "type": "object",
-                                    "x-kubernetes-preserve-unknown-fields": True,
-                                }
-                            },
-                        }
-                    ],
-                },
-            }
+            crd_manifest(self.group, "Widget", "widgets", schema)
         )
         wait_for(f"CRD {self.crd} established", self._established)
         self.custom.create_namespaced_custom_object(

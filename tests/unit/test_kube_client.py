@@ -8,7 +8,7 @@ import json
 import ssl
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -16,11 +16,9 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives import serialization
 
+from decice.sim.pki import self_signed_ca
 from decice_scheduler import client as kclient
 from decice_scheduler.client import ApiError, Client, Gone, KubeConfig, Response, load_kubeconfig
 
@@ -35,20 +33,7 @@ Handler = Callable[[httpx.Request], httpx.Response | Awaitable[httpx.Response]]
 
 def pem_pair(cn: str) -> tuple[bytes, bytes]:
     """A self-signed certificate (also usable as a CA) and its key, PEM."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-    now = datetime.now(UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - timedelta(days=1))
-        .not_valid_after(now + timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
+    key, cert = self_signed_ca(cn, timedelta(days=1))
     key_pem = key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,

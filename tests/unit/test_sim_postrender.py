@@ -21,7 +21,7 @@ import yaml
 
 from decice.sim import postrender
 from decice.sim.binaries import describe_binaries
-from tests.support import BIN, REPO, require, run_captured
+from tests.support import BIN, REPO, crd_manifest, require, run_captured
 
 pytestmark = pytest.mark.unit
 
@@ -280,30 +280,9 @@ def test_console_script_is_declared():
 
 
 def crd_with(prop: dict, version_extra: dict | None = None) -> dict:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "things.example.com"},
-        "spec": {
-            "group": "example.com",
-            "names": {"kind": "Thing", "plural": "things"},
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    **(version_extra or {}),
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "properties": {"spec": {"type": "object", "properties": {"f": prop}}},
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    spec = {"type": "object", "properties": {"f": prop}}
+    schema = {"type": "object", "properties": {"spec": spec}}
+    return crd_manifest("example.com", "Thing", "things", schema, **(version_extra or {}))
 
 
 def adapt_one(obj: dict) -> tuple[dict | None, list[postrender.Rewrite]]:

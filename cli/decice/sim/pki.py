@@ -81,6 +81,41 @@ LEAVES: dict[
 }
 
 
+def self_signed_ca(
+    common_name: str, valid: dt.timedelta
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A new EC key and a self-signed CA certificate for it, valid from 5 minutes ago."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + valid)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    return key, cert
+
+
 def ensure_pki(directory: Path) -> Pki:
     """Create the CA, every leaf and the service-account key pair when missing.
 
@@ -91,34 +126,7 @@ def ensure_pki(directory: Path) -> Pki:
     pki = Pki(directory)
     fresh_ca = not (pki.ca.cert.exists() and pki.ca.key.exists())
     if fresh_ca:
-        key = ec.generate_private_key(ec.SECP256R1())
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "decice-sim-ca")])
-        now = dt.datetime.now(dt.UTC)
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + 10 * _VALID)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .sign(key, hashes.SHA256())
-        )
+        key, cert = self_signed_ca("decice-sim-ca", 10 * _VALID)
         _write_key(pki.ca.key, key)
         pki.ca.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     ca_key = serialization.load_pem_private_key(pki.ca.key.read_bytes(), None)
