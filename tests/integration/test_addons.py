@@ -188,6 +188,13 @@ def test_volcano_and_trainer_up_idempotent_down_zero_leftovers(env: dict[str, An
     )
     assert [r.metadata.name for r in runtimes.get().items] == ["torch-distributed"]
 
+    installed = _api_objects(api) - before
+    # the independent diff sees what the add-ons brought (else "no leftovers" proves nothing)
+    assert ("v1", "Namespace", "", "volcano-system") in installed
+    kinds = {(kind, name) for _, kind, _, name in installed}
+    assert ("CustomResourceDefinition", "queues.scheduling.volcano.sh") in kinds
+    assert any(kind == "Deployment" and ns == "kubeflow-system" for _, kind, ns, _ in installed)
+
     rc, out, stats = _play("up", both)
     assert rc == 0, out[-6000:]
     assert stats["changed"] == 0, "a second up changed something"

@@ -122,6 +122,10 @@ class Target:
         """Target-specific sections of `decice plan` (``sim_binaries``, ``kubespray``)."""
         return {}
 
+    def helm(self, loaded: LoadedSpec) -> str:
+        """The helm binary the add-on plays use on this target."""
+        return helm_binary()
+
     def ansible_vars(self, loaded: LoadedSpec) -> dict[str, Any]:
         """Extra variables the collection's plays get on this target (helm, mirror, ...)."""
         from pathlib import Path
@@ -130,7 +134,7 @@ class Target:
 
         base = loaded.source.parent if loaded.source else Path.cwd()
         resolved = mirror.from_spec(loaded.spec.mirror, base)
-        out: dict[str, Any] = {"decice_helm": helm_binary()}
+        out: dict[str, Any] = {"decice_helm": self.helm(loaded)}
         if resolved is not None:
             key = "decice_mirror" if resolved.is_local else "decice_mirror_url"
             out[key] = resolved.root

@@ -257,15 +257,14 @@ def node_kind(node: dict[str, Any]) -> str:
 def _list_nodes(kubeconfig: Path) -> list[dict[str, Any]]:
     import asyncio
 
-    from decice_scheduler.client import Client, load_kubeconfig
+    from decice_scheduler.client import Client
 
     async def work() -> list[dict[str, Any]]:
-        kube = Client(load_kubeconfig(kubeconfig), timeout=10.0, user_agent="decice-status")
-        try:
+        async with Client.from_kubeconfig(
+            kubeconfig, timeout=10.0, user_agent="decice-status"
+        ) as kube:
             items, _ = await kube.list_all("/api/v1/nodes")
             return items
-        finally:
-            await kube.close()
 
     return asyncio.run(work())
 
@@ -380,14 +379,18 @@ class Sim(Target):
         explicit = Path(bin_dir).expanduser() if bin_dir else None
         return {"sim_binaries": describe_binaries(explicit).to_dict()}
 
+    def helm(self, loaded: LoadedSpec) -> str:
+        """The sim's own helm (from its control-plane binaries)."""
+        plane = _control_plane(loaded.state_dir.resolve(), loaded.spec.sim.bin_dir, act=False)
+        if "helm" in plane.binaries:
+            return str(plane.binaries.path("helm"))
+        return super().helm(loaded)
+
     def ansible_vars(self, loaded: LoadedSpec) -> dict[str, Any]:
-        """The sim's own helm, and the post-renderer that adapts charts to its 1.20 API."""
+        """Adds the post-renderer that adapts charts to the sim's 1.20 API."""
         import sys
 
         out = super().ansible_vars(loaded)
-        plane = _control_plane(loaded.state_dir.resolve(), loaded.spec.sim.bin_dir, act=False)
-        if "helm" in plane.binaries:
-            out["decice_helm"] = str(plane.binaries.path("helm"))
         out["decice_post_renderer"] = str(Path(sys.executable).parent / POST_RENDERER)
         return out
 
