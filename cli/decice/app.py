@@ -35,6 +35,10 @@ lab_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(lab_app, name="lab")
+mirror_app = typer.Typer(
+    help="Artifact mirror for air-gapped sites.", epilog=EPILOG, no_args_is_help=True
+)
+app.add_typer(mirror_app, name="mirror")
 
 SpecOpt = Annotated[
     Path | None,
@@ -256,6 +260,33 @@ def lab_status(spec: SpecOpt = None, json_out: JsonOpt = False, name: LabName = 
         from decice import commands
 
         return commands.lab_status(spec, name=name, json_out=json_out)
+
+    _guard(work)
+
+
+@mirror_app.command("sync")
+def mirror_sync(
+    spec: SpecOpt = None,
+    json_out: JsonOpt = False,
+    dest: Annotated[
+        Path | None,
+        typer.Option("--dest", help="Mirror directory to fill (default: the spec's mirror.path)."),
+    ] = None,
+    source: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            help="Copy from this mirror (directory, file:// or http(s):// URL) "
+            "instead of the upstream URLs.",
+        ),
+    ] = None,
+) -> None:
+    """Fetch every enabled add-on's pinned artifacts (sha256 checked) and its image list."""
+
+    def work() -> int:
+        from decice import mirror_sync
+
+        return mirror_sync.command(spec, dest=dest, source=source, json_out=json_out)
 
     _guard(work)
 

@@ -46,6 +46,14 @@ class MirrorError(RunFailedError):
     """A mirror or upstream file could not be fetched."""
 
 
+class ChecksumError(MirrorError):
+    """A fetched file's sha256 is not the expected one (nothing was placed)."""
+
+    def __init__(self, source: str, expected: str, actual: str) -> None:
+        super().__init__(f"{source}: sha256 {actual} is not the pinned {expected}")
+        self.source, self.expected, self.actual = source, expected, actual
+
+
 @dataclass(frozen=True)
 class Mirror:
     """A resolved mirror: an absolute directory or a base URL (no trailing slash)."""
@@ -178,10 +186,18 @@ def parse_sha256sums(text: str, where: str = SUMS_FILE) -> dict[str, str]:
     return out
 
 
-def download(source: str, dest: Path, *, timeout: float = TIMEOUT_S) -> str:
+def format_sha256sums(sums: dict[str, str]) -> str:
+    """sha256sum-format text of ``name -> sha256``, sorted by name."""
+    return "".join(f"{sums[name]}  {name}\n" for name in sorted(sums))
+
+
+def download(
+    source: str, dest: Path, *, timeout: float = TIMEOUT_S, sha256: str | None = None
+) -> str:
     """Copy a local path or download a URL to ``dest`` (written whole or not at all).
 
-    Returns the sha256 of what was written.
+    With ``sha256``, a copy with another checksum raises :class:`ChecksumError` and
+    ``dest`` is left as it was. Returns the sha256 of what was written.
     """
     digest = hashlib.sha256()
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -199,6 +215,8 @@ def download(source: str, dest: Path, *, timeout: float = TIMEOUT_S) -> str:
                     raise MirrorError(f"{source}: HTTP {exc.code} {exc.reason}") from None
                 except (urllib.error.URLError, OSError) as exc:
                     raise MirrorError(f"{source}: cannot download: {exc}") from None
+        if sha256 is not None and digest.hexdigest() != sha256.lower():
+            raise ChecksumError(source, sha256.lower(), digest.hexdigest())
         tmp.replace(dest)
     except FileNotFoundError:
         raise MirrorError(f"{source}: no such file") from None

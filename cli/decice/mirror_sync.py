@@ -1,0 +1,489 @@
+"""`decice mirror sync`: fill a mirror directory with every enabled add-on's pinned artifacts.
+
+For each component of an enabled add-on (the registry, ``vars/addons.yml``) whose entry
+in ``vars/versions.yml`` pins an ``artifact: {file, sha256, url}``, the file is copied
+from another mirror (``--from``) or its upstream ``url`` to ``<dest>/<file>``: downloaded
+next to its destination, checked against the pinned sha256, then renamed into place. A
+destination that already has the pinned sha256 is kept. Each directory's ``SHA256SUMS``
+gets the placed files' lines (merged with what it lists, sorted). ``images/<addon>.txt``
+lists the images the add-on's charts reference as decice installs them (``helm template``
+with the role's ``<addon>_default_values`` under the spec's ``addons.<addon>.values``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from decice import addons, mirror, paths, versions
+from decice.errors import InputError
+from decice.spec import LoadedSpec
+
+IMAGES_DIR = "images"
+HELM_TIMEOUT_S = 120.0
+_CONTAINER_KEYS = ("containers", "initContainers", "ephemeralContainers")
+
+Status = Literal["copied", "kept", "failed", "not done", "no pin", "disabled"]
+#: statuses that make the sync incomplete (exit 1)
+NOT_SYNCED: frozenset[str] = frozenset({"failed", "not done"})
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One component's pinned artifact (``decice_versions.<component>.artifact``)."""
+
+    file: str
+    sha256: str
+    url: str | None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A component of an add-on and its pin (None: no artifact pinned yet)."""
+
+    addon: str
+    component: str
+    pin: Pin | None
+    enabled: bool
+
+
+@dataclass
+class Item:
+    """What the sync did with one component."""
+
+    addon: str
+    component: str
+    status: Status
+    file: str | None = None
+    sha256: str | None = None
+    source: str | None = None
+    detail: str = ""
+
+
+@dataclass
+class ImageList:
+    """``images/<addon>.txt``: what was written and whether it changed."""
+
+    addon: str
+    file: str
+    status: Literal["written", "unchanged", "not done"]
+    images: list[str] = field(default_factory=list)
+    detail: str = ""
+
+
+@dataclass
+class SyncResult:
+    dest: str
+    source: str
+    artifacts: list[Item] = field(default_factory=list)
+    images: list[ImageList] = field(default_factory=list)
+    sums_written: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(i.status in NOT_SYNCED for i in self.artifacts) and not any(
+            i.status == "not done" for i in self.images
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dest": self.dest,
+            "source": self.source,
+            "ok": self.ok,
+            "artifacts": [asdict(i) for i in self.artifacts],
+            "images": [asdict(i) for i in self.images],
+            "sums_written": self.sums_written,
+        }
+
+
+# ------------------------------------------------------------------ inputs
+
+
+def entries(loaded: LoadedSpec) -> list[Entry]:
+    """Every registry component in install order, with its pin and the add-on's switch."""
+    table = versions.pinned()
+    out: list[Entry] = []
+    for addon in addons.registry():
+        enabled = loaded.spec.addons.get(addon.name).enabled
+        for component in addon.components:
+            out.append(Entry(addon.name, component, _pin(component, table), enabled))
+    return out
+
+
+def _pin(component: str, table: Mapping[str, Any]) -> Pin | None:
+    entry = table.get(component)
+    artifact = entry.get("artifact") if isinstance(entry, dict) else None
+    if artifact is None:
+        return None
+    where = f"{paths.versions_file()}: decice_versions.{component}.artifact"
+    if not isinstance(artifact, dict):
+        raise InputError(f"{where}: must be a mapping with file, sha256, url")
+    file, sha256, url = artifact.get("file"), artifact.get("sha256"), artifact.get("url")
+    parts = str(file or "").split("/")
+    if (
+        not isinstance(file, str)
+        or file.startswith("/")
+        or not all(p not in {"", ".", ".."} for p in parts)
+    ):
+        raise InputError(f"{where}.file: {file!r} is not a relative path below the mirror root")
+    if not (isinstance(sha256, str) and len(sha256) == 64):
+        raise InputError(f"{where}.sha256: {sha256!r} is not a sha256 (64 hex digits)")
+    if url is not None and not isinstance(url, str):
+        raise InputError(f"{where}.url: {url!r} must be a URL or null")
+    return Pin(file, sha256.lower(), url or None)
+
+
+def dest_dir(loaded: LoadedSpec, dest: Path | None) -> Path:
+    """``--dest``, else the spec's ``mirror.path`` (relative to the spec file's directory)."""
+    if dest is not None:
+        return dest.expanduser().resolve()
+    spec_mirror = loaded.spec.mirror
+    if spec_mirror is None or spec_mirror.path is None:
+        raise InputError(
+            f"{loaded.label}: no mirror.path to sync into\n"
+            "    fix: pass --dest DIR, or set mirror.path in the spec"
+        )
+    path = Path(spec_mirror.path).expanduser()
+    if not path.is_absolute():
+        path = (loaded.source.parent if loaded.source else Path.cwd()) / path
+    return path.resolve()
+
+
+def source_mirror(text: str) -> mirror.Mirror:
+    """``--from``: a mirror directory, a ``file://`` URL or an ``http(s)://`` base URL."""
+    if "://" in text:
+        parts = urllib.parse.urlsplit(text)
+        if parts.scheme in {"http", "https"}:
+            return mirror.Mirror("url", text.rstrip("/"))
+        if parts.scheme != "file":
+            raise InputError(
+                f"--from {text}: not a directory, file:// or http(s):// URL\n"
+                "    fix: give a mirror directory or its URL, e.g. https://host/mirror"
+            )
+        path = Path(urllib.request.url2pathname(parts.path))
+    else:
+        path = Path(text).expanduser()
+    if not path.is_dir():
+        raise InputError(
+            f"--from {text}: {path} is not a directory\n    fix: give an existing mirror directory"
+        )
+    return mirror.Mirror("path", str(path.resolve()))
+
+
+def require_helm(helm: str) -> str:
+    """The helm binary, or an InputError naming the fix."""
+    found = helm if Path(helm).is_file() else shutil.which(helm)
+    if not found:
+        raise InputError(
+            f"helm not found ({helm}): the image lists are rendered with `helm template`\n"
+            "    fix: put helm on PATH (or build the sim binaries once: `decice up` on a sim spec)"
+        )
+    return found
+
+
+# ------------------------------------------------------------------ artifacts
+
+
+def fetch(entry: Entry, pin: Pin, dest: Path, source: mirror.Mirror | None) -> Item:
+    """Place ``pin.file`` below ``dest`` (kept when it already has the pinned sha256)."""
+    item = Item(entry.addon, entry.component, "kept", pin.file, pin.sha256)
+    target = dest.joinpath(*pin.file.split("/"))
+    if target.is_file() and mirror.sha256_file(target) == pin.sha256:
+        item.detail = "already has the pinned sha256"
+        return item
+    if source is not None:
+        item.source = source.location(*pin.file.split("/"))
+    elif pin.url is not None:
+        item.source = pin.url
+    else:
+        item.status = "not done"
+        item.detail = (
+            f"{entry.component}: no upstream URL (published as OCI only); "
+            f"use --from a mirror that has {pin.file}"
+        )
+        return item
+    try:
+        mirror.download(item.source, target, sha256=pin.sha256)
+    except mirror.ChecksumError as exc:
+        item.status = "failed"
+        item.detail = (
+            f"{exc.source}: sha256 {exc.actual} is not the pinned {exc.expected}; "
+            f"{target} left unchanged"
+        )
+        return item
+    except mirror.MirrorError as exc:
+        item.status = "failed"
+        item.detail = f"{exc}; {target} left unchanged"
+        return item
+    item.status = "copied"
+    return item
+
+
+def merge_sums(dest: Path, placed: Mapping[str, str]) -> list[str]:
+    """Add ``file -> sha256`` to each directory's SHA256SUMS; return the files rewritten."""
+    by_dir: dict[Path, dict[str, str]] = {}
+    for file, sha256 in placed.items():
+        target = dest.joinpath(*file.split("/"))
+        by_dir.setdefault(target.parent, {})[target.name] = sha256
+    written: list[str] = []
+    for directory, sums in sorted(by_dir.items()):
+        sums_path = directory / mirror.SUMS_FILE
+        old = sums_path.read_text(encoding="utf-8") if sums_path.is_file() else ""
+        text = mirror.format_sha256sums({**mirror.parse_sha256sums(old, str(sums_path)), **sums})
+        if text != old:
+            _write_atomic(sums_path, text)
+            written.append(sums_path.relative_to(dest).as_posix())
+    return written
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------ images
+
+
+def images_in(documents: Iterable[Any]) -> set[str]:
+    """Every ``image`` string of a container list anywhere in ``documents``."""
+    found: set[str] = set()
+    for node in _walk(documents):
+        for key in _CONTAINER_KEYS:
+            containers = node.get(key)
+            if isinstance(containers, list):
+                found.update(
+                    c["image"]
+                    for c in containers
+                    if isinstance(c, dict) and isinstance(c.get("image"), str)
+                )
+    return found
+
+
+def _walk(node: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _walk(value)
+    elif isinstance(node, list | tuple):
+        for value in node:
+            yield from _walk(value)
+
+
+def role_defaults(addon: str) -> dict[str, Any]:
+    """The add-on role's static ``<addon>_default_values`` and ``<addon>_release``."""
+    path = paths.collection_dir() / "roles" / addon / "defaults" / "main.yml"
+    data = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.is_file() else {}
+    values = data.get(f"{addon}_default_values") or {}
+    if not isinstance(values, dict) or any("{{" in s or "{%" in s for s in _strings(values)):
+        raise InputError(
+            f"{path}: {addon}_default_values must be a static mapping (no templating) "
+            "for the image list\n    fix: keep templated values out of <addon>_default_values"
+        )
+    release = data.get(f"{addon}_release")
+    if not isinstance(release, str) or "{" in release:
+        release = addon
+    return {"values": values, "release": release}
+
+
+def _strings(node: Any) -> Iterator[str]:
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            yield from _strings(key)
+            yield from _strings(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _strings(value)
+
+
+def merge_values(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``override`` over ``base``, recursively (Ansible's ``combine(recursive=true)``)."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge_values(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def render_chart(
+    helm: str, chart: Path, *, release: str, namespace: str, values: Mapping[str, Any]
+) -> list[Any]:
+    """``helm template`` of ``chart`` as decice installs it (tests skipped); parsed documents."""
+    kube_version = versions.version_of("kubernetes")
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", encoding="utf-8") as handle:
+        yaml.safe_dump(dict(values), handle)
+        handle.flush()
+        argv = [
+            helm, "template", release, str(chart), "--namespace", namespace,
+            "--kube-version", kube_version, "--skip-tests", "--values", handle.name,
+        ]  # fmt: skip
+        try:
+            done = subprocess.run(
+                argv, capture_output=True, text=True, timeout=HELM_TIMEOUT_S, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise mirror.MirrorError(f"helm template {chart}: {exc}") from None
+    if done.returncode != 0:
+        raise mirror.MirrorError(f"helm template {chart}: {done.stderr.strip()[-600:]}")
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def image_list(
+    loaded: LoadedSpec, addon: str, files: list[Path], dest: Path, helm: str
+) -> ImageList:
+    """Write ``images/<addon>.txt`` from the add-on's charts (and plain manifests)."""
+    out = ImageList(addon, f"{IMAGES_DIR}/{addon}.txt", "not done")
+    found: set[str] = set()
+    try:
+        for path in files:
+            if path.suffix in {".yaml", ".yml"}:
+                found |= images_in(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+                continue
+            defaults = role_defaults(addon)
+            values = merge_values(defaults["values"], loaded.spec.addons.get(addon).values)
+            namespace = addons.get(addon).namespace
+            documents = render_chart(
+                helm, path, release=defaults["release"], namespace=namespace, values=values
+            )
+            found |= images_in(documents)
+    except (mirror.MirrorError, InputError, yaml.YAMLError) as exc:
+        out.detail = str(exc)
+        return out
+    out.images = sorted(found)
+    text = "".join(f"{image}\n" for image in out.images)
+    target = dest / IMAGES_DIR / f"{addon}.txt"
+    old = target.read_text(encoding="utf-8") if target.is_file() else None
+    if old == text:
+        out.status = "unchanged"
+    else:
+        _write_atomic(target, text)
+        out.status = "written"
+    return out
+
+
+# ------------------------------------------------------------------ the sync
+
+
+def sync(
+    loaded: LoadedSpec, dest: Path, source: mirror.Mirror | None, helm: str | None
+) -> SyncResult:
+    """Fetch every enabled add-on's artifacts into ``dest``; write sums and image lists.
+
+    ``helm`` may be None only when no enabled add-on pins an artifact.
+    """
+    result = SyncResult(str(dest), source.root if source else "upstream URLs")
+    placed: dict[str, str] = {}
+    charts: dict[str, list[Path]] = {}
+    missing: set[str] = set()
+    for entry in entries(loaded):
+        if not entry.enabled:
+            result.artifacts.append(
+                Item(entry.addon, entry.component, "disabled", detail="add-on disabled in the spec")
+            )
+            continue
+        if entry.pin is None:
+            result.artifacts.append(
+                Item(entry.addon, entry.component, "no pin", detail="no artifact pinned yet")
+            )
+            continue
+        dest.mkdir(parents=True, exist_ok=True)
+        item = fetch(entry, entry.pin, dest, source)
+        result.artifacts.append(item)
+        if item.status in NOT_SYNCED:
+            missing.add(entry.addon)
+            continue
+        placed[entry.pin.file] = entry.pin.sha256
+        charts.setdefault(entry.addon, []).append(dest.joinpath(*entry.pin.file.split("/")))
+    result.sums_written = merge_sums(dest, placed)
+    for addon, files in charts.items():
+        if addon in missing:
+            result.images.append(
+                ImageList(
+                    addon, f"{IMAGES_DIR}/{addon}.txt", "not done", detail="artifacts missing"
+                )
+            )
+        elif helm is None:
+            raise ValueError("sync: helm is needed to write the image lists")
+        else:
+            result.images.append(image_list(loaded, addon, files, dest, helm))
+    return result
+
+
+def needs_helm(loaded: LoadedSpec) -> bool:
+    return any(e.enabled and e.pin is not None for e in entries(loaded))
+
+
+# ------------------------------------------------------------------ the command
+
+
+def command(
+    spec_path: Path | None, *, dest: Path | None, source: str | None, json_out: bool
+) -> int:
+    """`decice mirror sync`: check every input first, then sync; 0 all synced, 1 not."""
+    import json
+    import sys
+
+    from rich.console import Console
+
+    from decice import spec
+    from decice.errors import EXIT_OK, EXIT_RUN_FAILED
+    from decice.targets.base import helm_binary
+
+    loaded = spec.load(spec_path)
+    where = dest_dir(loaded, dest)
+    if where.exists() and not where.is_dir():
+        raise InputError(f"--dest {where}: exists and is not a directory")
+    origin = source_mirror(source) if source is not None else None
+    helm = require_helm(helm_binary()) if needs_helm(loaded) else None
+    result = sync(loaded, where, origin, helm)
+    if json_out:
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
+    else:
+        render(result, Console(highlight=False, soft_wrap=True))
+    return EXIT_OK if result.ok else EXIT_RUN_FAILED
+
+
+def render(result: SyncResult, console: Any) -> None:
+    """A table of what was copied, kept and not done, the problems, then the image lists."""
+    from rich.table import Table
+
+    console.print(f"[bold]mirror {result.dest}[/] (from {result.source})")
+    table = Table(show_edge=False, pad_edge=False)
+    for column in ("add-on", "component", "status", "file"):
+        table.add_column(column)
+    style = {"copied": "green", "kept": "green", "failed": "red", "not done": "red"}
+    for item in result.artifacts:
+        status = f"[{style[item.status]}]{item.status}[/]" if item.status in style else item.status
+        file = item.file or (item.detail if item.status == "no pin" else "")
+        table.add_row(item.addon, item.component, status, file)
+    console.print(table)
+    for item in result.artifacts:
+        if item.status in NOT_SYNCED:
+            console.print(f"[red]{item.status}[/] {item.detail}")
+    for images in result.images:
+        what = images.detail or f"{len(images.images)} image(s)"
+        console.print(f"{images.file}: {images.status} ({what})")
+    for sums in result.sums_written:
+        console.print(f"{sums}: updated")
+    if not result.ok:
+        console.print("[red]incomplete[/]: see the lines above")
+    elif not any(i.status == "copied" for i in result.artifacts):
+        console.print("nothing copied: every artifact was already in place")
