@@ -8,7 +8,7 @@ PHASES: dict[str, tuple[str, ...]] = {
     "up": ("preflight", "baseline", "prepare", "kubernetes", "addons", "scheduler"),
     "down": ("scheduler", "addons"),
     "reset": ("kubernetes", "restore"),
-    "verify": ("verify",),
+    "verify": ("cluster", "verify"),
 }
 
 

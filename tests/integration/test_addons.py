@@ -177,6 +177,8 @@ def test_volcano_and_trainer_up_idempotent_down_zero_leftovers(env: dict[str, An
     rc, out, stats = _play("up", both)
     assert rc == 0, out[-6000:]
     assert stats["changed"] > 0
+    # ready = also a ready endpoint behind each service the add-on's webhooks call
+    assert "(item=volcano-admission-service)" in out
     assert _release_status(helm, kc, "volcano", "volcano-system") == "deployed"
     assert _release_status(helm, kc, "kubeflow-trainer", "kubeflow-system") == "deployed"
     ext = client.ApiextensionsV1Api(api)
@@ -200,6 +202,32 @@ def test_volcano_and_trainer_up_idempotent_down_zero_leftovers(env: dict[str, An
     assert stats["changed"] == 0, "a second up changed something"
     history = _helm(helm, kc, "history", "volcano", "-n", "volcano-system", "-o", "json")
     assert len(json.loads(history.stdout)) == 1, "a second up made a new helm revision"
+
+    # an upgrade killed while helm waits leaves the release pending-upgrade (helm then
+    # refuses every operation on it): `up` must roll it back and complete
+    stuck = subprocess.Popen(
+        [str(helm), "--kubeconfig", str(kc), "upgrade", "volcano", str(chart), "-n",
+         "volcano-system", "--reuse-values", "--set", "custom.scheduler_ns.decice=nowhere",
+         "--post-renderer", POST_RENDERER, "--wait", "--timeout", "10m"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    wait_for(
+        "a pending-upgrade release",
+        lambda: _release_status(helm, kc, "volcano", "volcano-system") == "pending-upgrade",
+        timeout=120,
+    )
+    stuck.send_signal(signal.SIGKILL)
+    stuck.wait()
+    rc, out, _ = _play("up", both)
+    assert rc == 0, out[-6000:]
+    history = _helm(helm, kc, "history", "volcano", "-n", "volcano-system", "-o", "json")
+    assert "Rollback to 1" in [rev["description"] for rev in json.loads(history.stdout)]
+    assert _release_status(helm, kc, "volcano", "volcano-system") == "deployed"
+    scheduler = client.AppsV1Api(api).read_namespaced_deployment(
+        "volcano-scheduler", "volcano-system"
+    )
+    assert not (scheduler.spec.template.spec.node_selector or {}).get("decice")
 
     # a custom resource held by a finalizer whose controller will be gone
     commands = dynamic.DynamicClient(api).resources.get(
@@ -323,6 +351,22 @@ def test_cli_up_records_versions_and_sha256_down_reset_verify(tmp_path: Path, mi
         down = run_decice(tmp_path, "down", "--json", timeout=900)
         assert down.returncode == 0, down.stderr[-4000:]
         assert json.loads(down.stdout)["status"] == "ok"
+
+        # `verify --only cluster`: the same API comparison, on demand; it fails on a planted
+        # leftover (naming it) and passes once it is gone
+        from kubernetes import config
+
+        rbac = client.RbacAuthorizationV1Api(
+            config.new_client_from_config(str(tmp_path / ".decice" / "kubeconfig"))
+        )
+        rbac.create_cluster_role({"metadata": {"name": "decice-planted"}, "rules": []})
+        dirty = run_decice(tmp_path, "verify", "--only", "cluster", "--json", timeout=600)
+        assert dirty.returncode == 1, dirty.stderr[-4000:]
+        assert "decice-planted" in json.dumps(json.loads(dirty.stdout)["failures"])
+        rbac.delete_cluster_role("decice-planted")
+        clean = run_decice(tmp_path, "verify", "--only", "cluster", "--json", timeout=600)
+        assert clean.returncode == 0, clean.stderr[-4000:]
+        assert json.loads(clean.stdout)["verified"]["cluster"].startswith("0 object(s)")
     finally:
         reset = run_decice(tmp_path, "reset", "--yes", "--json", timeout=600)
     assert reset.returncode == 0, reset.stderr[-4000:]

@@ -37,7 +37,7 @@ PHASES = {
     "up": ["preflight", "baseline", "prepare", "kubernetes", "addons", "scheduler"],
     "down": ["scheduler", "addons"],
     "reset": ["kubernetes", "restore"],
-    "verify": ["verify"],
+    "verify": ["cluster", "verify"],
 }
 # Sections that other work on a shared test machine (podman, apt, services) does not move.
 STABLE_SECTIONS = ["hostname", "swap", "fstab", "sysctls", "paths"]
