@@ -1,14 +1,19 @@
 """Test support: prerequisite handling that fails loudly in CI and skips elsewhere, the
 one way tests wait for a condition, the decice CLI and ansible-playbook as subprocesses,
-process liveness, run records, a filled scheduler cluster state, sim specs and pods."""
+process liveness, run records, a filled scheduler cluster state, sim specs and pods, a
+directory served over HTTP."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
 import os
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +86,22 @@ def run_playbook(inventory: str, name: str, *args: str) -> subprocess.CompletedP
     return subprocess.run(
         argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False
     )
+
+
+@contextlib.contextmanager
+def served_directory(root: Path) -> Iterator[str]:
+    """``root`` served read-only over HTTP on 127.0.0.1 (a free port); yields the base URL."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 def pid_alive(pid: int) -> bool:

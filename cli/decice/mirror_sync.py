@@ -262,7 +262,7 @@ def _write_atomic(path: Path, text: str) -> None:
 def images_in(documents: Iterable[Any]) -> set[str]:
     """Every ``image`` string of a container list anywhere in ``documents``."""
     found: set[str] = set()
-    for node in _walk(documents):
+    for node in _walk(list(documents)):
         for key in _CONTAINER_KEYS:
             containers = node.get(key)
             if isinstance(containers, list):
@@ -347,16 +347,18 @@ def render_chart(
 
 
 def image_list(
-    loaded: LoadedSpec, addon: str, files: list[Path], dest: Path, helm: str
+    loaded: LoadedSpec, addon: str, files: list[Path], dest: Path, helm: str | None
 ) -> ImageList:
     """Write ``images/<addon>.txt`` from the add-on's charts (and plain manifests)."""
     out = ImageList(addon, f"{IMAGES_DIR}/{addon}.txt", "not done")
     found: set[str] = set()
     try:
         for path in files:
-            if path.suffix in {".yaml", ".yml"}:
+            if is_manifest(path.name):
                 found |= images_in(yaml.safe_load_all(path.read_text(encoding="utf-8")))
                 continue
+            if helm is None:
+                raise ValueError("image_list: helm is needed to render a chart")
             defaults = role_defaults(addon)
             values = merge_values(defaults["values"], loaded.spec.addons.get(addon).values)
             namespace = addons.get(addon).namespace
@@ -387,7 +389,7 @@ def sync(
 ) -> SyncResult:
     """Fetch every enabled add-on's artifacts into ``dest``; write sums and image lists.
 
-    ``helm`` may be None only when no enabled add-on pins an artifact.
+    ``helm`` may be None only when no enabled add-on pins a chart (see :func:`needs_helm`).
     """
     result = SyncResult(str(dest), source.root if source else "upstream URLs")
     placed: dict[str, str] = {}
@@ -420,15 +422,19 @@ def sync(
                     addon, f"{IMAGES_DIR}/{addon}.txt", "not done", detail="artifacts missing"
                 )
             )
-        elif helm is None:
-            raise ValueError("sync: helm is needed to write the image lists")
         else:
             result.images.append(image_list(loaded, addon, files, dest, helm))
     return result
 
 
+def is_manifest(file: str) -> bool:
+    """A plain manifest (its images are read as is); anything else is a chart."""
+    return file.endswith((".yaml", ".yml"))
+
+
 def needs_helm(loaded: LoadedSpec) -> bool:
-    return any(e.enabled and e.pin is not None for e in entries(loaded))
+    """An enabled add-on pins a chart (its image list is rendered with helm)."""
+    return any(e.enabled and e.pin and not is_manifest(e.pin.file) for e in entries(loaded))
 
 
 # ------------------------------------------------------------------ the command
