@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,49 @@ _ROLE_GROUP = {
     "edge": "decice_edge",
     "hpc": "decice_hpc",
 }
+
+
+class Unsafe(str):
+    """A string Ansible must take as data: written as ``!unsafe``, never templated.
+
+    Whatever a user wrote (addresses, variables, ssh options) is wrapped in it before it
+    enters an inventory. Every YAML safe dump writes it with the ``!unsafe`` tag (the
+    representer is registered on PyYAML's SafeRepresenter), so it stays data in any
+    inventory written from it - decice's, Kubespray's.
+    """
+
+    __slots__ = ()
+
+
+def _represent_unsafe(dumper: yaml.representer.SafeRepresenter, data: Unsafe) -> yaml.Node:
+    return dumper.represent_scalar("!unsafe", str(data))
+
+
+yaml.representer.SafeRepresenter.add_representer(Unsafe, _represent_unsafe)
+yaml.representer.Representer.add_representer(Unsafe, _represent_unsafe)
+
+
+class _Loader(yaml.SafeLoader):
+    """Reads an inventory decice wrote; ``!unsafe`` strings come back as Unsafe."""
+
+
+def _construct_unsafe(loader: yaml.SafeLoader, node: yaml.Node) -> Unsafe:
+    assert isinstance(node, yaml.ScalarNode)
+    return Unsafe(loader.construct_scalar(node))
+
+
+_Loader.add_constructor("!unsafe", _construct_unsafe)
+
+
+def unsafe(value: Any) -> Any:
+    """``value`` with every string in it (mapping keys too) marked Unsafe."""
+    if isinstance(value, str):
+        return value if isinstance(value, Unsafe) else Unsafe(value)
+    if isinstance(value, dict):
+        return {unsafe(k): unsafe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [unsafe(v) for v in value]
+    return value
 
 
 def allocate(loaded: LoadedSpec, *, create: bool = False) -> Allocation | None:
@@ -75,7 +119,12 @@ def assign_roles(machines: tuple[Machine, ...], rules: AllocationSpec) -> dict[s
 
 
 def _ssh_args(loaded: LoadedSpec) -> str:
-    """ssh options from the spec: an ssh config (names that do not resolve) and a jump host."""
+    """ssh options from the spec: an ssh config (names that do not resolve) and a jump host.
+
+    Ansible splits ``ansible_ssh_common_args`` like a shell would: each value is quoted,
+    so a path or jump host is one argument whatever it contains (both are also checked
+    in the spec model).
+    """
     rules = loaded.spec.allocation
     args = []
     if rules.ssh_config:
@@ -87,10 +136,10 @@ def _ssh_args(loaded: LoadedSpec) -> str:
                 f"allocation.ssh_config: {path} does not exist\n"
                 "    fix: point it at an ssh config that maps the allocated names to addresses"
             )
-        args.append(f"-F {path}")
+        args += ["-F", str(path)]
     if rules.jump_host:
-        args.append(f"-o ProxyJump={rules.jump_host}")
-    return " ".join(args)
+        args += ["-o", f"ProxyJump={rules.jump_host}"]
+    return shlex.join(args)
 
 
 def build(loaded: LoadedSpec, allocation: Allocation | None) -> dict[str, Any]:
@@ -101,17 +150,20 @@ def build(loaded: LoadedSpec, allocation: Allocation | None) -> dict[str, Any]:
     if allocation is not None:
         groups = assign_roles(allocation.machines, loaded.spec.allocation)
         for machine in allocation.machines:
-            hv: dict[str, Any] = {**loaded.spec.allocation.vars, **machine.vars}
+            hv: dict[str, Any] = {
+                key: unsafe(value)
+                for key, value in {**loaded.spec.allocation.vars, **machine.vars}.items()
+            }
             if machine.address:
-                hv.setdefault("ansible_host", machine.address)
-                hv.setdefault("ip", machine.address)
+                hv.setdefault("ansible_host", Unsafe(machine.address))
+                hv.setdefault("ip", Unsafe(machine.address))
             if hv.get("ansible_connection") == "local":
                 hv.setdefault("ansible_python_interpreter", sys.executable)
             hostvars[machine.name] = hv
         ssh_args = _ssh_args(loaded)
         if ssh_args:
             for name in (m.name for m in allocation.machines):
-                hostvars[name].setdefault("ansible_ssh_common_args", ssh_args)
+                hostvars[name].setdefault("ansible_ssh_common_args", Unsafe(ssh_args))
         for group in GROUPS:
             children[group] = {"hosts": dict.fromkeys(groups[group])}
     children["k8s_cluster"] = {"children": {"kube_control_plane": {}, "kube_node": {}}}
@@ -119,12 +171,18 @@ def build(loaded: LoadedSpec, allocation: Allocation | None) -> dict[str, Any]:
 
 
 def write(inventory: dict[str, Any], path: Path) -> str:
-    """Write the inventory YAML (0600); return its sha256."""
+    """Write the inventory YAML (0600; Unsafe values tagged ``!unsafe``); return its sha256."""
     text = yaml.safe_dump(inventory, sort_keys=False)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     path.write_text(text, encoding="utf-8")
     path.chmod(0o600)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def read(path: Path) -> dict[str, Any]:
+    """An inventory :func:`write` wrote, with its ``!unsafe`` values back as Unsafe."""
+    data: dict[str, Any] = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+    return data
 
 
 def host_roles(inventory: dict[str, Any]) -> dict[str, list[str]]:

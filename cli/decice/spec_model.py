@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from decice.allocation import checks
+
 TARGETS = ("sim", "lab", "slurm", "pbs", "static")
 HOST_ROLES = ("control_plane", "etcd", "worker", "edge", "hpc")
 
@@ -21,6 +23,25 @@ def _dns_label(value: str, example: str = "") -> str:
     """``value`` when it is a DNS label; else the error a spec field shows."""
     if not _DNS_LABEL.match(value):
         raise ValueError(f"use lower-case letters, digits and '-' (a DNS label{example})")
+    return value
+
+
+def _invalid(problem: str, fix: str) -> ValueError:
+    """A field's error with its fix, rendered like every spec issue (``fix:`` line)."""
+    return ValueError(f"{problem}\n    fix: {fix}")
+
+
+def _host_name(value: str) -> str:
+    problem = checks.host_name_problem(value)
+    if problem:
+        raise _invalid(f"{checks.shown(value)}: {problem}", checks.HOST_NAME_FIX)
+    return value
+
+
+def _variables(value: dict[str, object]) -> dict[str, object]:
+    found = checks.vars_problem(value)
+    if found:
+        raise _invalid(*found)
     return value
 
 
@@ -41,9 +62,20 @@ class HostSpec(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not value or any(ch.isspace() for ch in value):
-            raise ValueError("a host name must be a non-empty word without spaces")
+        return _host_name(value)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        problem = None if value is None else checks.address_problem(value)
+        if problem:
+            raise _invalid(f"{checks.shown(value)}: {problem}", checks.ADDRESS_FIX)
         return value
+
+    @field_validator("vars")
+    @classmethod
+    def _vars(cls, value: dict[str, object]) -> dict[str, object]:
+        return _variables(value)
 
 
 class AllocationSpec(_Model):
@@ -58,6 +90,34 @@ class AllocationSpec(_Model):
     vars: dict[str, object] = Field(
         default_factory=dict, description="Ansible variables for every allocated host"
     )
+
+    @field_validator("edge", "hpc_endpoints")
+    @classmethod
+    def _hosts(cls, value: list[str]) -> list[str]:
+        for name in value:
+            _host_name(name)
+        return value
+
+    @field_validator("jump_host")
+    @classmethod
+    def _jump_host(cls, value: str | None) -> str | None:
+        problem = None if value is None else checks.jump_host_problem(value)
+        if problem:
+            raise _invalid(f"{checks.shown(value)}: {problem}", checks.JUMP_FIX)
+        return value
+
+    @field_validator("ssh_config", "hosts_file")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        problem = None if value is None else checks.path_problem(value)
+        if problem:
+            raise _invalid(f"{checks.shown(value)}: {problem}", checks.PATH_FIX)
+        return value
+
+    @field_validator("vars")
+    @classmethod
+    def _vars(cls, value: dict[str, object]) -> dict[str, object]:
+        return _variables(value)
 
     @field_validator("control_plane")
     @classmethod

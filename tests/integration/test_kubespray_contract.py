@@ -115,7 +115,7 @@ def test_cluster_and_reset_contract(workspace, cache):
 
     # --- the inventory Kubespray reads (edge host e1 and localhost left out)
     inv_dir = run_dir / "kubespray" / "inventory"
-    assert yaml.safe_load((inv_dir / "hosts.yml").read_text()) == {
+    assert inventory.read(inv_dir / "hosts.yml") == {
         "all": {
             "hosts": {
                 "cp1": {"ip": "10.1.0.10", "ansible_host": "192.0.2.10", "access_ip": "10.1.0.10"},
@@ -251,7 +251,7 @@ def test_cluster_and_reset_contract(workspace, cache):
 def test_env_is_reused_and_ansible_window_enforced(workspace, cache):
     ctx = _context(workspace, "r3")
     run_dir = Path(ctx.record.artifacts)
-    decice_inv = yaml.safe_load((run_dir / "inventory.yml").read_text())
+    decice_inv = inventory.read(run_dir / "inventory.yml")
     run.prepare(ctx.loaded, decice_inv, run_dir)
     prepared = run.prepare(ctx.loaded, decice_inv, run_dir)
     assert prepared.env.built is False  # same requirements.txt: kept

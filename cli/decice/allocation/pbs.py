@@ -6,19 +6,34 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from decice.allocation import Allocation, Machine
+from decice.allocation import Allocation, Machine, checks
+from decice.allocation.listfile import read_lines
 from decice.errors import InputError
+
+_FIX = "run decice inside a PBS job (qsub -I) whose PBS_NODEFILE lists one host name per line"
 
 
 def read_nodefile(path: Path) -> list[str]:
-    """Host names of a PBS nodefile, one per line, de-duplicated in order."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the PBS nodefile: {exc}") from None
-    names = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    """Host names of a PBS nodefile, one per line, de-duplicated in order, each checked."""
+    names = []
+    for number, line in enumerate(read_lines(path, "PBS_NODEFILE", _FIX), start=1):
+        name = line.strip()
+        if not name or name.startswith("#"):
+            continue
+        problem = checks.host_name_problem(name)
+        if problem:
+            raise InputError(
+                checks.message(
+                    f"PBS_NODEFILE {path}:{number}",
+                    "host name",
+                    name,
+                    problem,
+                    checks.HOST_NAME_FIX,
+                )
+            )
+        names.append(name)
     if not names:
-        raise InputError(f"{path}: the PBS nodefile lists no hosts")
+        raise InputError(f"PBS_NODEFILE {path}: lists no hosts\n    fix: {_FIX}")
     return list(dict.fromkeys(names))
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from ansible.errors import AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin
+from ansible.utils.unsafe_proxy import wrap_var
 
 DOCUMENTATION = r"""
 name: allocation
@@ -29,6 +30,11 @@ description:
     carry explicit roles, the first C(control_plane) hosts that are neither edge nor
     HPC endpoints are control plane and etcd, the rest are workers.
   - The configuration file's name must end in C(allocation.yml) or C(allocation.yaml).
+  - Host names, addresses, C(jump_host), C(ssh_config) and connection variables
+    (C(ansible_host), C(ansible_user), C(ansible_port)) are checked as the C(decice) CLI checks
+    them (host names are RFC 1123 names; a bad one fails the parse). Every host variable the
+    plugin sets is marked unsafe, so Ansible never templates a value read from the
+    configuration, the job or a hosts file.
 options:
   plugin:
     description: The name of this plugin; always C(decice.hybrid.allocation).
@@ -128,6 +134,17 @@ def _host_entry(entry: Any) -> dict[str, Any]:
     )
 
 
+def _data(value: Any) -> Any:
+    """``value`` as plain types, every string marked unsafe (never templated by Ansible)."""
+    if isinstance(value, str):
+        return wrap_var(str(value))  # str(): decice's own str subclass -> str
+    if isinstance(value, dict):
+        return {_data(k): _data(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_data(v) for v in value]
+    return value
+
+
 def _explain(exc: ValueError) -> str:
     """pydantic's validation errors as `field: message` lines (the config's own keys)."""
     errors = getattr(exc, "errors", None)
@@ -137,7 +154,8 @@ def _explain(exc: ValueError) -> str:
     for error in errors():
         where = ".".join(str(part) for part in error.get("loc", ()))
         where = where.removeprefix("allocation.")
-        lines.append(f"{where}: {error.get('msg', 'invalid')}")
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        lines.append(f"{where}: {message}")
     return "; ".join(lines)
 
 
@@ -203,7 +221,9 @@ class InventoryModule(BaseInventoryPlugin):
                 continue
             self.inventory.add_host(name)
             for key, value in (hostvars or {}).items():
-                self.inventory.set_variable(name, key, value)
+                # data, never a template: addresses, variables and ssh options come from
+                # the configuration, the job or a hosts file
+                self.inventory.set_variable(name, key, _data(value))
         children = body.get("children", {})
         for group in children:
             self.inventory.add_group(group)
