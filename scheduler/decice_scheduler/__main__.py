@@ -4,19 +4,32 @@ Lists and watches nodes and pods of the cluster, schedules the pods whose
 ``spec.schedulerName`` is ``--scheduler-name``, binds them, audits its state, serves
 metrics. All state is rebuilt from the API at start. SIGTERM/SIGINT stop it cleanly;
 SIGUSR1 runs a drift audit.
+
+The metrics/debug server listens on 127.0.0.1. Another --metrics-host needs a debug
+token (--debug-token-file, a 0600 file; or the environment variable
+DECICE_SCHEDULER_DEBUG_TOKEN), which /debug/state and POST /debug/audit then require
+as "Authorization: Bearer <token>"; /metrics, /healthz and /readyz stay open.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 
+from decice_scheduler.debugaccess import TOKEN_ENV, load_token, require_token_off_loopback
 from decice_scheduler.profile import Profile, load_profile
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="decice-scheduler", description=__doc__)
+    # no abbreviations: "--debug-token <secret>" must not pass for --debug-token-file
+    parser = argparse.ArgumentParser(
+        prog="decice-scheduler",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
     parser.add_argument("--kubeconfig", help="kubeconfig of the cluster to schedule for")
     parser.add_argument("--scheduler-name", default="decice-scheduler")
     parser.add_argument("--qps", type=float, default=50.0, help="binds per second (token rate)")
@@ -24,7 +37,24 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--metrics-port", type=int, default=10261, help="/metrics, /healthz, /readyz; 0 = off"
     )
-    parser.add_argument("--metrics-host", default="0.0.0.0")
+    parser.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="address of the metrics/debug server; a non-loopback one needs a debug token",
+    )
+    parser.add_argument(
+        "--debug-token-file",
+        metavar="PATH",
+        help="file (mode 0600, owned by this user or root) with the bearer token that "
+        f"/debug/* then require; default: the environment variable {TOKEN_ENV}",
+    )
+    parser.add_argument(
+        "--debug-audit-min-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="POST /debug/audit runs at most once per this many seconds (429 inside); 0 = no limit",
+    )
     parser.add_argument("--leader-elect", action="store_true", help="hold a Lease to schedule")
     parser.add_argument("--lock-namespace", default="kube-system", help="namespace of the Lease")
     parser.add_argument("--leader-elect-lease-duration", type=float, default=15.0)
@@ -58,6 +88,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.qps <= 0 or args.burst < 1:
         print("decice-scheduler: --qps must be > 0 and --burst >= 1", file=sys.stderr)
         return 2
+    if args.debug_audit_min_interval < 0:
+        print("decice-scheduler: --debug-audit-min-interval must be >= 0", file=sys.stderr)
+        return 2
+    try:
+        token = load_token(args.debug_token_file, os.environ)
+        if args.metrics_port:
+            require_token_off_loopback(args.metrics_host, token)
+    except ValueError as exc:
+        print(f"decice-scheduler: {exc}", file=sys.stderr)
+        return 2
 
     from decice_scheduler.app import Options, Scheduler, configure_logging
 
@@ -69,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         burst=args.burst,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
+        debug_token=token,
+        debug_audit_window=args.debug_audit_min_interval,
         leader_elect=args.leader_elect,
         lock_namespace=args.lock_namespace,
         lease_duration=args.leader_elect_lease_duration,

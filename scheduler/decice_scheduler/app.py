@@ -5,7 +5,9 @@ Threads: the asyncio loop does everything that touches the state and the queue (
 events, scheduling cycles, bind completions), so there are no races between them; the
 scheduling loop yields to the loop after every pod, so watch events and bind replies
 are applied between cycles. The metrics/debug HTTP server runs in its own thread and
-reads the state under its lock (an audit requested over HTTP runs on the loop).
+reads the state under its lock. An audit (periodic, SIGUSR1 or HTTP) is coordinated on
+the loop, but its LISTs, rebuild and diff run in a worker thread (see ``audit``); only
+the repair is applied on the loop.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import signal
 import socket
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from decice_scheduler.audit import Auditor
@@ -45,7 +47,9 @@ class Options:
     qps: float = 50.0
     burst: int = 100
     metrics_port: int = 0
-    metrics_host: str = "0.0.0.0"
+    metrics_host: str = "127.0.0.1"
+    debug_token: str | None = field(default=None, repr=False)
+    debug_audit_window: float = 10.0
     leader_elect: bool = False
     lock_namespace: str = "kube-system"
     lease_duration: float = 15.0
@@ -92,7 +96,11 @@ class Scheduler:
             qps=options.event_qps,
             burst=options.event_burst,
         )
-        self.auditor = Auditor(self.client, self.state, self.sync, self.metrics)
+        config = self.client.config
+        agent = f"{options.scheduler_name}/decice-audit"
+        self.auditor = Auditor(
+            lambda: Client(config, user_agent=agent), self.state, self.sync, self.metrics
+        )
         self.identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:12]}"
         self.elector = (
             LeaderElector(
@@ -136,7 +144,8 @@ class Scheduler:
         }
 
     def audit_now(self) -> dict[str, Any]:
-        """From another thread: run an audit on the loop and wait for it."""
+        """From another thread: have the loop run an audit (its work goes to a worker
+        thread, the loop keeps scheduling) and wait for the result."""
         assert self._loop is not None
         future = asyncio.run_coroutine_threadsafe(self.auditor.audit(), self._loop)
         return future.result(timeout=120).as_json()
@@ -159,9 +168,16 @@ class Scheduler:
                 state=self.debug_state,
                 audit=self.audit_now,
                 host=self.options.metrics_host,
+                token=self.options.debug_token,
+                audit_window=self.options.debug_audit_window,
             )
             self.server.start()
-            log.info("metrics on port %d", self.server.port)
+            log.info(
+                "metrics on %s:%d (debug endpoints %s)",
+                self.server.host,
+                self.server.port,
+                "need a bearer token" if self.server.authenticated else "open on loopback",
+            )
         tasks = [
             asyncio.create_task(self.sync.run(), name="sync"),
             asyncio.create_task(self._main(), name="main"),

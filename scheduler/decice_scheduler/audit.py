@@ -5,6 +5,12 @@ difference may be an event still on its way. The audit therefore compares again
 (after ``settle`` seconds, with a new LIST) and counts only nodes that differ the same
 way every time. Persistent drift is logged per node, counted in the metrics, and
 repaired by a full relist (``Sync.request_relist`` -> ``ClusterState.replace_all``).
+
+Off the scheduling loop: the LISTs (with a client of the audit's own, in pages of
+``AUDIT_PAGE`` so that no single JSON parse holds the interpreter long), the rebuild
+and the diff run on a loop of their own in a worker thread (:mod:`.offloop`); the diff
+reads the live state through its lock only. The repair is the one step taken on the
+scheduling loop, after the worker is done.
 """
 
 from __future__ import annotations
@@ -12,16 +18,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from decice_scheduler.client import Client
 from decice_scheduler.metrics import Metrics
+from decice_scheduler.offloop import run_in_thread
 from decice_scheduler.state import ClusterState
 from decice_scheduler.sync import NODES, PODS, Sync
 from decice_scheduler.usage import NodeDrift
 
-__all__ = ["AuditResult", "Auditor"]
+__all__ = ["AUDIT_PAGE", "AuditResult", "Auditor"]
+
+AUDIT_PAGE = 500
 
 log = logging.getLogger("decice_scheduler.audit")
 
@@ -52,9 +62,12 @@ def _key(d: NodeDrift) -> tuple[Any, ...]:
 
 
 class Auditor:
+    """Audits ``state`` against fresh LISTs made with clients from ``client_factory``
+    (one per audit, created and closed on the worker thread)."""
+
     def __init__(
         self,
-        client: Client,
+        client_factory: Callable[[], Client],
         state: ClusterState,
         sync: Sync,
         metrics: Metrics,
@@ -63,7 +76,7 @@ class Auditor:
         settle: float = 1.0,
         repair: bool = True,
     ) -> None:
-        self.client = client
+        self.client_factory = client_factory
         self.state = state
         self.sync = sync
         self.metrics = metrics
@@ -75,48 +88,51 @@ class Auditor:
 
     async def audit(self) -> AuditResult:
         async with self._lock:
-            result = await self._audit()
+            await self.sync.ready.wait()
+            result = await run_in_thread(self._compare, name="audit")
+            if result.drift and self.repair:
+                self.sync.request_relist("drift")  # on the loop: Sync's state is its own
+                result = replace(result, repaired=True)
         self.last = result
         self.metrics.audits.inc()
         self.metrics.drift_nodes.set(len(result.drift))
         self.metrics.drift.inc(len(result.drift))
         return result
 
-    async def _audit(self) -> AuditResult:
+    async def _compare(self) -> AuditResult:
+        """On the worker thread: LIST, rebuild, diff until the drift is persistent."""
         started = time.monotonic()
         persistent: dict[tuple[Any, ...], NodeDrift] | None = None
         nodes: list[dict[str, Any]] = []
         pods: list[dict[str, Any]] = []
         attempt = 0
-        for attempt in range(1, self.attempts + 1):
-            await self.sync.ready.wait()
-            nodes, _ = await self.client.list_all(NODES)
-            pods, _ = await self.client.list_all(PODS)
-            fresh = ClusterState()
-            fresh.replace_all(nodes, pods)
-            drift = {_key(d): d for d in self.state.diff(fresh)}
-            persistent = (
-                drift if persistent is None else {k: v for k, v in drift.items() if k in persistent}
-            )
-            if not persistent:
-                break
-            if attempt < self.attempts:
-                await asyncio.sleep(self.settle)
+        client = self.client_factory()
+        try:
+            for attempt in range(1, self.attempts + 1):
+                nodes, _ = await client.list_all(NODES, page=AUDIT_PAGE)
+                pods, _ = await client.list_all(PODS, page=AUDIT_PAGE)
+                fresh = ClusterState()
+                fresh.replace_all(nodes, pods)
+                drift = {_key(d): d for d in self.state.diff(fresh)}
+                persistent = (
+                    drift
+                    if persistent is None
+                    else {k: v for k, v in drift.items() if k in persistent}
+                )
+                if not persistent:
+                    break
+                if attempt < self.attempts:
+                    await asyncio.sleep(self.settle)
+        finally:
+            await client.close()
         found = list((persistent or {}).values())
-        repaired = False
-        if found:
-            for d in found:
-                log.error("drift: %s", d.describe())
-            if self.repair:
-                self.sync.request_relist("drift")
-                repaired = True
-        else:
+        for d in found:
+            log.error("drift: %s", d.describe())
+        if not found:
             log.info(
                 "audit: no drift (%d nodes, %d pods, %d attempt(s))", len(nodes), len(pods), attempt
             )
-        return AuditResult(
-            found, len(nodes), len(pods), time.monotonic() - started, attempt, repaired
-        )
+        return AuditResult(found, len(nodes), len(pods), time.monotonic() - started, attempt)
 
     async def run_periodic(self, interval: float) -> None:
         while True:

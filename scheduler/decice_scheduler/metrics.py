@@ -3,12 +3,21 @@
 Endpoints: ``/metrics``; ``/healthz`` (process alive); ``/readyz`` (initial lists applied
 and, with leader election, leading or standing by); ``/debug/state`` (per-node counted
 totals as JSON); ``POST /debug/audit`` (run an audit now, answer with its result).
+
+The server binds to 127.0.0.1 unless given another address, which then needs a token.
+With a token the ``/debug/*`` endpoints need ``Authorization: Bearer <token>`` (401
+without, 403 wrong); the first three stay open for probes and Prometheus. ``POST
+/debug/audit`` runs at most once per audit window (429 with ``Retry-After`` inside it;
+requests refused by the token check do not use up the window). See
+:mod:`decice_scheduler.debugaccess`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,6 +25,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from decice_scheduler.debugaccess import AuditWindow, BearerAuth, require_token_off_loopback
 
 __all__ = ["Metrics", "MetricsServer"]
 
@@ -121,8 +132,16 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+class _ThreadingHTTPServer6(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
 class MetricsServer:
-    """A threaded HTTP server; handlers for debug endpoints are plain callables."""
+    """A threaded HTTP server; handlers for debug endpoints are plain callables.
+
+    ``token`` None is allowed on a loopback ``host`` only (ValueError otherwise);
+    ``audit_window`` is the least number of seconds between two HTTP-requested audits.
+    """
 
     def __init__(
         self,
@@ -132,18 +151,47 @@ class MetricsServer:
         ready: Callable[[], bool],
         state: Callable[[], Any],
         audit: Callable[[], Any],
-        host: str = "0.0.0.0",
+        host: str = "127.0.0.1",
+        token: str | None = None,
+        audit_window: float = 10.0,
     ) -> None:
+        require_token_off_loopback(host, token)
+        auth = BearerAuth(token)
+        window = AuditWindow(audit_window)
+
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("http: " + format, *args)
 
-            def _send(self, code: int, body: bytes, ctype: str = "text/plain") -> None:
+            def _send(
+                self,
+                code: int,
+                body: bytes,
+                ctype: str = "text/plain",
+                headers: dict[str, str] | None = None,
+            ) -> None:
                 self.send_response(code)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(body)
+
+            def _allowed(self) -> bool:
+                code = auth.check(self.headers.get("Authorization"))
+                if code == 200:
+                    return True
+                log.info("debug endpoint %s: %d for %s", self.path, code, self.client_address[0])
+                if code == 401:
+                    self._send(
+                        401,
+                        b"a bearer token is required",
+                        headers={"WWW-Authenticate": 'Bearer realm="decice-scheduler"'},
+                    )
+                else:
+                    self._send(403, b"wrong token")
+                return False
 
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
@@ -155,15 +203,27 @@ class MetricsServer:
                     ok = ready()
                     self._send(200 if ok else 503, b"ok" if ok else b"not ready")
                 elif path == "/debug/state":
-                    self._json(state)
+                    if self._allowed():
+                        self._json(state)
                 else:
                     self._send(404, b"not found")
 
             def do_POST(self) -> None:
-                if self.path.split("?", 1)[0] == "/debug/audit":
-                    self._json(audit)
-                else:
+                if self.path.split("?", 1)[0] != "/debug/audit":
                     self._send(404, b"not found")
+                    return
+                if not self._allowed():
+                    return
+                wait = window.acquire()
+                if wait > 0:
+                    retry = str(max(1, math.ceil(wait)))
+                    self._send(
+                        429,
+                        f"one audit per {window.seconds:g} s; retry in {retry} s".encode(),
+                        headers={"Retry-After": retry},
+                    )
+                    return
+                self._json(audit)
 
             def _json(self, fn: Callable[[], Any]) -> None:
                 try:
@@ -173,9 +233,12 @@ class MetricsServer:
                     return
                 self._send(200, json.dumps(data).encode(), "application/json")
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        server = _ThreadingHTTPServer6 if ":" in host else ThreadingHTTPServer
+        self._server = server((host, port), Handler)
         self._server.daemon_threads = True
+        self.host = host
         self.port = self._server.server_address[1]
+        self.authenticated = auth.enabled
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="metrics-http", daemon=True
         )

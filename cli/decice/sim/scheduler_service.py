@@ -92,10 +92,14 @@ def scheduler_argv(
     qps: float | None = None,
     burst: int | None = None,
     config: Path | None = None,
+    host: str | None = None,
+    token_file: Path | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """decice-scheduler's command line (this interpreter), its metrics server on
-    127.0.0.1:``port``; flags left None keep the scheduler's defaults."""
+    ``port`` of the scheduler's default address 127.0.0.1 (or ``host``, which needs
+    ``token_file``, or the token in the environment); flags left None keep the
+    scheduler's defaults. The token itself is never on the command line."""
     argv = [sys.executable, "-m", "decice_scheduler", "--kubeconfig", str(kubeconfig)]
     if name is not None:
         argv += ["--scheduler-name", name]
@@ -103,7 +107,11 @@ def scheduler_argv(
         argv += ["--qps", str(qps)]
     if burst is not None:
         argv += ["--burst", str(burst)]
-    argv += ["--metrics-host", "127.0.0.1", "--metrics-port", str(port)]
+    if host is not None:
+        argv += ["--metrics-host", host]
+    argv += ["--metrics-port", str(port)]
+    if token_file is not None:
+        argv += ["--debug-token-file", str(token_file)]
     if config is not None:
         argv += ["--config", str(config)]
     return [*argv, *extra]
@@ -156,7 +164,13 @@ def ensure(state_dir: Path, kubeconfig: Path, spec: SchedulerSpec) -> dict[str, 
             profile.write_text(yaml.safe_dump(spec.config, sort_keys=False), encoding="utf-8")
         port = free_port()
         argv = scheduler_argv(
-            kubeconfig, port, name=spec.name, qps=spec.qps, burst=spec.burst, config=profile
+            kubeconfig,
+            port,
+            name=spec.name,
+            qps=spec.qps,
+            burst=spec.burst,
+            config=profile,
+            host="127.0.0.1",  # loopback, debug endpoints without a token: this user's own
         )
         return procs.Launch(argv, {"metrics_url": f"http://127.0.0.1:{port}"})
 
