@@ -70,7 +70,9 @@ def _guard(work: Callable[[], int]) -> None:
         print(f"decice: {exc}", file=sys.stderr)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:
-        raise typer.Exit(130) from None
+        from decice.interrupt import EXIT_INTERRUPTED
+
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     raise typer.Exit(code)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
-from decice import history, lifecycle, plan, records, spec, starter
+from decice import history, interrupt, lifecycle, plan, records, spec, starter
 from decice.errors import EXIT_OK, EXIT_RUN_FAILED, InputError
 from decice.progress import LiveView, QuietView, View, print_summary
 
@@ -68,6 +68,8 @@ def run_lifecycle(
         _emit_json(record.to_dict())
     else:
         print_summary(record, _err)
+    if record.status == "interrupted":
+        return interrupt.EXIT_INTERRUPTED
     if record.status == "ok" or (record.status == "incomplete" and not strict):
         return EXIT_OK
     return EXIT_RUN_FAILED

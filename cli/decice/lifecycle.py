@@ -5,10 +5,17 @@ as one playbook run, selected by tags); the target (decice.targets) may do a
 phase in Python instead: the sim target runs its control plane as local
 processes, targets with hosts run Kubespray for `kubernetes`. With ``--check``
 Ansible runs in check mode and a Python phase only reports what it would do.
+
+decice owns SIGINT and SIGTERM for the whole run (decice.interrupt): the first one
+stops the phase that runs (ansible-playbook's process group is killed, a Python phase
+gets KeyboardInterrupt), the run is recorded ``interrupted`` with that phase, and the
+lock is released only after every child has ended. When the run ends its directory
+keeps no secret (decice.redact).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -17,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from decice import inventory, paths, phases, records, targets, versions
+from decice import interrupt, inventory, paths, phases, records, redact, targets, versions
 from decice.errors import DeciceError
 from decice.progress import View
 from decice.records import PhaseRecord, RunRecord, RunStore
@@ -26,9 +33,12 @@ from decice.spec import LoadedSpec
 from decice.targets import Phase, PhaseContext, RunOptions, Target, kubeconfig_path
 from decice.tracking import PhaseTracker, conclude
 
-__all__ = ["PhaseContext", "RunOptions", "execute", "prepare"]
+__all__ = ["PhaseContext", "RunOptions", "execute", "play_vars", "prepare"]
 
 SAVE_EVERY_S = 2.0
+# the parts of the spec the collection's plays read (see its README): nothing else
+# of the spec (host vars, allocation) reaches them as extra variables
+PLAY_SPEC_FIELDS = frozenset({"target", "addons", "scheduler"})
 
 
 def playbook_for(command: str) -> Path:
@@ -43,6 +53,17 @@ def prepare(
     selected = phases.select(command, options.only, options.skip)
     inv = inventory.build(loaded, target.allocate(loaded))
     return target, selected, inv
+
+
+def play_vars(loaded: LoadedSpec, target: Target) -> dict[str, Any]:
+    """The extra variables of the collection's plays for ``loaded`` on ``target``."""
+    state_dir = loaded.state_dir.resolve()
+    return {
+        "decice_state_dir": str(state_dir),
+        "decice_kubeconfig": str(kubeconfig_path(state_dir)),
+        "decice_spec": loaded.spec.model_dump(mode="json", include=set(PLAY_SPEC_FIELDS)),
+        **target.ansible_vars(loaded),
+    }
 
 
 def segments(selected: list[str], in_python: Mapping[str, Any]) -> list[list[str]]:
@@ -79,30 +100,26 @@ class _Run:
     def _tick(self, event: Any = None, task: str = "") -> None:
         self.view.update(event, self.record, task)
         if time.monotonic() - self._last_save > SAVE_EVERY_S:
-            self.store.save(self.record)
+            with interrupt.shielded():
+                self.store.save(self.record)
             self._last_save = time.monotonic()
 
     def ansible(self, names: list[str]) -> bool:
-        state_dir = self.loaded.state_dir.resolve()
         run = PlaybookRun(
             playbook=playbook_for(self.command),
             inventory=self.inventory_path,
             private_data_dir=Path(self.record.artifacts) / "ansible",
-            extravars={
-                "decice_state_dir": str(state_dir),
-                "decice_kubeconfig": str(kubeconfig_path(state_dir)),
-                "decice_spec": self.loaded.spec.model_dump(mode="json"),
-                **self.target.ansible_vars(self.loaded),
-            },
+            extravars=play_vars(self.loaded, self.target),
             tags=tuple(names),
             check=self.options.check,
             verbosity=max(0, self.options.verbose - 1),
             ident="-".join(names),
         )
         tracker = PhaseTracker(self.record, names)
-        for event in run_playbook(run):
-            tracker.apply(event)
-            self._tick(event, tracker.current_task)
+        with contextlib.closing(run_playbook(run)) as events:
+            for event in events:
+                tracker.apply(event)
+                self._tick(event, tracker.current_task)
         return not tracker.failed
 
     def python(self, name: str, phase_def: Phase) -> bool:
@@ -141,12 +158,37 @@ class _Run:
         return phase.status != "failed"
 
 
+def _stop_if_interrupted() -> None:
+    """A signal held back (or one a phase swallowed) stops the run between phases."""
+    if interrupt.requested():
+        raise KeyboardInterrupt(interrupt.signal_name())
+
+
+def _mark_interrupted(record: RunRecord, segment: list[str]) -> None:
+    """The run and the phase(s) it was in are ``interrupted``; a note names the signal.
+
+    ``segment`` is the phases being run: before its first play started, the first of
+    them that had not run is the one interrupted.
+    """
+    record.status = "interrupted"
+    running = [phase for phase in record.phases if phase.status == "running"]
+    if not running:
+        running = [p for p in record.phases if p.name in segment and p.status == "pending"][:1]
+    for phase in running:
+        phase.status, phase.ended = "interrupted", records.now()
+    where = ", ".join(phase.name for phase in running) or "between phases"
+    record.notes.append(f"interrupted by {interrupt.signal_name() or 'SIGINT'} in {where}")
+
+
 def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -> RunRecord:
-    """Run ``command`` for ``loaded`` and return its (saved) run record."""
+    """Run ``command`` for ``loaded`` and return its (saved) run record.
+
+    A run stopped by SIGINT/SIGTERM returns its record with status ``interrupted``.
+    """
     target, selected, inv = prepare(command, loaded, options)
     in_python: Mapping[str, Phase] = target.phases(command)
     state_dir = loaded.state_dir
-    with records.locked(state_dir, command) as lock:
+    with interrupt.handling(), records.locked(state_dir, command) as lock:
         store = RunStore(state_dir)
         record = RunRecord(
             id=records.new_run_id(),
@@ -160,12 +202,14 @@ def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -
             versions=versions.summary(),
             phases=[PhaseRecord(name=name) for name in selected],
         )
-        run_dir = store.create(record)
+        started = time.monotonic()
+        with interrupt.shielded(deliver=False):  # a signal now is seen before the 1st phase
+            run_dir = store.create(record)
         if lock.took_over:
             record.notes.append(f"took over a stale lock of {lock.took_over.describe()}")
-        started = time.monotonic()
-        view.start(record)
+        segment: list[str] = []
         try:
+            view.start(record)
             if target.creates_hosts and command == "up" and not options.check:
                 view.update(None, record, f"creating the {target.name} hosts")
                 inv = inventory.build(loaded, target.allocate(loaded, create=True))
@@ -173,11 +217,14 @@ def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -
             record.inventory_sha256 = inventory.write(inv, inv_path)
             run = _Run(command, loaded, options, view, store, record, inv_path, inv, target)
             for names in segments(selected, in_python):
+                _stop_if_interrupted()
+                segment = names
                 ok = (
                     run.python(names[0], in_python[names[0]])
                     if names[0] in in_python
                     else run.ansible(names)
                 )
+                _stop_if_interrupted()
                 if not ok:
                     break
         except DeciceError as exc:
@@ -186,16 +233,19 @@ def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -
             )
             raise
         except KeyboardInterrupt:
-            record.status = "interrupted"
-            raise
+            _mark_interrupted(record, segment)
         finally:
-            for phase in record.phases:
-                if phase.status == "pending":
-                    phase.status = "not run"
-            if record.status != "interrupted":
-                conclude(record)
-            record.ended = records.now()
-            record.seconds = round(time.monotonic() - started, 3)
-            view.stop()
-            store.save(record)
+            with interrupt.shielded(deliver=False):
+                if record.status != "interrupted" and interrupt.requested():
+                    _mark_interrupted(record, segment)
+                for phase in record.phases:
+                    if phase.status == "pending":
+                        phase.status = "not run"
+                if record.status != "interrupted":
+                    conclude(record)
+                record.ended = records.now()
+                record.seconds = round(time.monotonic() - started, 3)
+                view.stop()
+                redact.scrub_run_dir(run_dir)
+                store.save(record)
     return record

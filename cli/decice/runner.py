@@ -1,19 +1,42 @@
-"""Run one playbook through ansible-runner and yield typed events."""
+"""Run one playbook through ansible-runner and yield typed events.
+
+What a run puts where (nothing secret on a command line or in an artifact):
+
+- the extra variables go in ``<private_data_dir>/env/extravars`` (0600; every string
+  tagged ``!unsafe``, so Ansible never templates what a user wrote); ansible-playbook
+  gets ``-e @<that file>``, never the values; the file is removed when the run ends;
+- ``artifacts/<ident>/command`` keeps the command line, the working directory and
+  only the environment decice and ansible-runner set, not the one decice inherited;
+- facts are cached in memory, not in the artifacts, and the stored events
+  (``job_events/``) carry no ``ansible_facts`` (they include the environment);
+- the cancel callback is always decice's (:mod:`decice.interrupt`): ansible-runner
+  installs no signal handler, and a SIGINT/SIGTERM kills ansible-playbook's process
+  group; the generator returns only after the runner's thread (and so its child)
+  has ended, also when it is closed early.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from decice import paths
+import yaml
+
+from decice import interrupt, paths
+from decice.redact import write_private
 
 NO_PHASE = "-"
+# how often (s) ansible-runner polls the cancel callback while the play is silent
+CANCEL_POLL_S = 0.5
+EXTRAVARS_FILE = Path("env") / "extravars"
+SETTINGS_FILE = Path("env") / "settings"
 
 
 @dataclass(frozen=True)
@@ -175,45 +198,152 @@ def _stats(data: Mapping[str, Any]) -> dict[str, dict[str, int]]:
     return out
 
 
-def run_playbook(run: PlaybookRun, cancel: threading.Event | None = None) -> Iterator[Event]:
-    """Run ``run.playbook`` and yield its events; the last one is always RunFinished."""
+class _UnsafeDumper(yaml.SafeDumper):
+    """YAML for Ansible in which every string value is ``!unsafe`` (never templated)."""
+
+
+def _unsafe_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    return dumper.represent_scalar("!unsafe", value)
+
+
+def _plain_keys(dumper: yaml.SafeDumper, data: Mapping[Any, Any]) -> yaml.Node:
+    pairs = [
+        (
+            yaml.SafeDumper.represent_str(dumper, key)
+            if isinstance(key, str)
+            else dumper.represent_data(key),
+            dumper.represent_data(value),
+        )
+        for key, value in data.items()
+    ]
+    return yaml.MappingNode("tag:yaml.org,2002:map", pairs)
+
+
+_UnsafeDumper.add_representer(str, _unsafe_str)
+_UnsafeDumper.add_representer(dict, _plain_keys)
+
+
+def extravars_yaml(extravars: Mapping[str, Any]) -> str:
+    """``extravars`` as the YAML of an ``-e @file``: string values tagged ``!unsafe``."""
+    return yaml.dump(dict(extravars), Dumper=_UnsafeDumper, sort_keys=False)
+
+
+def _without_facts(event: Mapping[str, Any]) -> None:
+    """Drop gathered facts (they include the environment) from a stored event."""
+    res = (event.get("event_data") or {}).get("res")
+    if not isinstance(res, dict):
+        return
+    res.pop("ansible_facts", None)
+    for item in res.get("results") or []:
+        if isinstance(item, dict):
+            item.pop("ansible_facts", None)
+
+
+def _rewrite_command(path: Path, config: Any, envvars: Mapping[str, str]) -> None:
+    """ansible-runner's ``command`` artifact without the environment decice inherited."""
+    env = {
+        key: str(value)
+        for key, value in (getattr(config, "env", None) or {}).items()
+        if key in envvars or os.environ.get(key) != value
+    }
+    data = {
+        "command": list(getattr(config, "command", []) or []),
+        "cwd": str(getattr(config, "cwd", "")),
+        "env": env,
+        "env_note": "only what decice and ansible-runner set; the inherited rest is not kept",
+    }
+    write_private(path, json.dumps(data, ensure_ascii=False))
+
+
+def _prepare_private_dir(run: PlaybookRun) -> Path:
+    """The private data dir (0700) with our settings and extra-variables files (0600)."""
+    pdd = run.private_data_dir
+    pdd.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (pdd / "env").mkdir(exist_ok=True, mode=0o700)
+    write_private(pdd / SETTINGS_FILE, yaml.safe_dump({"pexpect_timeout": CANCEL_POLL_S}))
+    extravars = pdd / EXTRAVARS_FILE
+    if run.extravars:
+        write_private(extravars, extravars_yaml(run.extravars))
+    else:
+        extravars.unlink(missing_ok=True)
+    return extravars
+
+
+def run_playbook(
+    run: PlaybookRun, cancel: threading.Event | None = None
+) -> Generator[Event, None, None]:
+    """Run ``run.playbook`` and yield its events; the last one is always RunFinished.
+
+    The run is cancelled (ansible-playbook's process group killed) when ``cancel`` is
+    set, when decice received SIGINT/SIGTERM, or when the generator is closed early;
+    it ends only after the runner's thread has.
+    """
     import ansible_runner
 
-    run.private_data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    extravars_file = _prepare_private_dir(run)
     events: queue.Queue[Mapping[str, Any] | None] = queue.Queue()
     translate = _Translator()
     cmdline = "--check --diff" if run.check else None
+    envvars = ansible_env(run.envvars)
+    stop = threading.Event()
 
-    def on_event(event: Mapping[str, Any]) -> bool:
+    def cancelled() -> bool:
+        return stop.is_set() or interrupt.requested() or bool(cancel and cancel.is_set())
+
+    def on_event(event: dict[str, Any]) -> bool:
+        _without_facts(event)
         events.put(event)
         return True
 
-    thread, runner = ansible_runner.run_async(
-        private_data_dir=str(run.private_data_dir),
-        playbook=str(run.playbook),
-        inventory=str(run.inventory),
-        extravars=dict(run.extravars),
-        tags=",".join(run.tags) or None,
-        skip_tags=",".join(run.skip_tags) or None,
-        cmdline=cmdline,
-        verbosity=run.verbosity or None,
-        envvars=ansible_env(run.envvars),
-        ident=run.ident,
-        quiet=True,
-        suppress_env_files=True,
-        event_handler=on_event,
-        cancel_callback=(lambda: cancel.is_set()) if cancel else None,
-        finished_callback=lambda _runner: events.put(None),
-    )
+    def on_status(data: Mapping[str, Any], runner_config: Any = None) -> None:
+        # "running" comes after ansible-runner wrote the command file, before it starts
+        # ansible-playbook
+        if data.get("status") == "running" and runner_config is not None:
+            command = Path(runner_config.artifact_dir) / "command"
+            _rewrite_command(command, runner_config, envvars)
+
+    try:
+        thread, runner = ansible_runner.run_async(
+            private_data_dir=str(run.private_data_dir),
+            playbook=str(run.playbook),
+            inventory=str(run.inventory),
+            tags=",".join(run.tags) or None,
+            skip_tags=",".join(run.skip_tags) or None,
+            cmdline=cmdline,
+            verbosity=run.verbosity or None,
+            envvars=envvars,
+            ident=run.ident,
+            quiet=True,
+            suppress_env_files=True,
+            fact_cache_type="memory",
+            event_handler=on_event,
+            status_handler=on_status,
+            cancel_callback=cancelled,
+            finished_callback=lambda _runner: events.put(None),
+        )
+    except BaseException:
+        extravars_file.unlink(missing_ok=True)
+        raise
     final = RunFinished("", 0)
-    while True:
-        raw = events.get()
-        if raw is None:
-            break
-        event = translate(raw)
-        if isinstance(event, RunFinished):
-            final = event
-        elif event is not None:
-            yield event
-    thread.join()
+    try:
+        while True:
+            try:
+                raw = events.get(timeout=CANCEL_POLL_S)
+            except queue.Empty:
+                if thread.is_alive() or not events.empty():
+                    continue
+                break  # the runner's thread died without its finished callback
+            if raw is None:
+                break
+            event = translate(raw)
+            if isinstance(event, RunFinished):
+                final = event
+            elif event is not None:
+                yield event
+    finally:
+        with interrupt.shielded():
+            if thread.is_alive():
+                stop.set()
+            thread.join()
+            extravars_file.unlink(missing_ok=True)
     yield RunFinished(str(runner.status), int(runner.rc or 0), final.stats, final.data)

@@ -3,7 +3,11 @@
 up.kubernetes     prepare (source, env, inventory) -> cluster.yml -> admin kubeconfig
                   (0600, server = the first control plane as decice reaches it) ->
                   keep kube-proxy/CNI/nodelocaldns off edge nodes when KubeEdge is on.
-reset.kubernetes  prepare -> reset.yml (confirmed, HPC-safe vars) -> remove the kubeconfig.
+reset.kubernetes  prepare -> reset.yml (confirmed, HPC-safe vars) -> remove the kubeconfig
+                  and every copy of Kubespray's admin.conf in the run directories.
+
+Kubespray writes the cluster-admin kubeconfig to ``<run>/kubespray/artifacts/admin.conf``;
+that directory is 0700 before Kubespray runs and the copy is 0600 once it is written.
 
 With ``--check`` each phase only says what it would run (see ``describe``).
 """
@@ -14,7 +18,26 @@ from collections.abc import Callable
 from pathlib import Path
 
 from decice.kubespray import edge, run
+from decice.records import RUNS_DIR
 from decice.targets.base import Phase, PhaseContext, api_baseline_path, kubeconfig_path
+
+ADMIN_CONF = "admin.conf"  # what Kubespray's client role writes to its artifacts_dir
+
+
+def admin_conf_copies(state_dir: Path) -> list[Path]:
+    """Every copy of Kubespray's admin kubeconfig in ``state_dir``'s run directories."""
+    return sorted((state_dir / RUNS_DIR).glob(f"*/{run.SUBDIR}/artifacts/{ADMIN_CONF}"))
+
+
+def _private_artifacts(artifacts_dir: Path) -> None:
+    artifacts_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    artifacts_dir.chmod(0o700)
+
+
+def _protect_admin_conf(artifacts_dir: Path) -> None:
+    admin = artifacts_dir / ADMIN_CONF
+    if admin.is_file() and not admin.is_symlink():
+        admin.chmod(0o600)
 
 
 def _prepare(ctx: PhaseContext) -> run.Prepared:
@@ -29,7 +52,11 @@ def _prepare(ctx: PhaseContext) -> run.Prepared:
 
 def up_kubernetes(ctx: PhaseContext) -> str:
     prepared = _prepare(ctx)
-    done = run.deploy(prepared, ctx.kubeconfig, progress=ctx.progress)
+    _private_artifacts(prepared.artifacts_dir)
+    try:
+        done = run.deploy(prepared, ctx.kubeconfig, progress=ctx.progress)
+    finally:
+        _protect_admin_conf(prepared.artifacts_dir)
     ctx.record.versions.update(done.record_versions())
     note = f"kubespray {done.tag}, kubernetes {done.kube_version}, API {done.server}"
     if ctx.loaded.spec.addons.kubeedge.enabled:
@@ -65,13 +92,26 @@ def _ever_deployed(state_dir: Path) -> bool:
 NOTHING_TO_RESET = "no earlier `up` ran Kubespray from this state dir: nothing to reset"
 
 
+def remove_admin_confs(state_dir: Path) -> int:
+    """Remove every copy of the admin kubeconfig from the run directories; how many."""
+    copies = admin_conf_copies(state_dir)
+    for path in copies:
+        path.unlink(missing_ok=True)
+    return len(copies)
+
+
 def reset_kubernetes(ctx: PhaseContext) -> str:
     if not _ever_deployed(ctx.loaded.state_dir):
         return NOTHING_TO_RESET
     prepared = _prepare(ctx)
+    _private_artifacts(prepared.artifacts_dir)
     run.reset(prepared, ctx.kubeconfig, progress=ctx.progress)
     api_baseline_path(ctx.state_dir).unlink(missing_ok=True)  # its cluster is gone
-    return f"kubespray {prepared.source.tag} reset.yml (flush_iptables/reset_restart_network off)"
+    removed = remove_admin_confs(ctx.state_dir)  # its credentials are void, but never kept
+    note = f"kubespray {prepared.source.tag} reset.yml (flush_iptables/reset_restart_network off)"
+    return note + (
+        f"; removed {removed} copies of admin.conf from run directories" if removed else ""
+    )
 
 
 def preview_reset_kubernetes(ctx: PhaseContext) -> str:
