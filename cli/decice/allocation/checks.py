@@ -62,10 +62,10 @@ def host_name_problem(name: object) -> str | None:
         return "a host name has only ASCII letters, digits, '-' and '.' (no look-alike letters)"
     if len(name) > _MAX_NAME:
         return f"a host name has at most {_MAX_NAME} characters; this one has {len(name)}"
-    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in name):
-        return "a host name has no spaces or control characters"
     if name.startswith("-"):
         return "a host name does not start with '-' (ssh would read it as an option)"
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        return "a host name has no spaces or control characters"
     for label in name.split("."):
         if not label:
             return "a host name has no empty labels (no leading, trailing or double '.')"
@@ -83,7 +83,9 @@ def address_problem(address: object) -> str | None:
     """None when ``address`` is an IP address or a DNS name, else what is wrong."""
     if not isinstance(address, str):
         return f"an address is a string, got {type(address).__name__}"
-    if address.isascii() and ":" in address:
+    if not address.isascii():
+        return "an address has only ASCII letters, digits and '.', ':' (no look-alike characters)"
+    if ":" in address:
         bare, _, zone = address.partition("%")
         try:
             ipaddress.IPv6Address(bare)
