@@ -32,6 +32,8 @@ from decice.spec import LoadedSpec
 IMAGES_DIR = "images"
 HELM_TIMEOUT_S = 120.0
 _CONTAINER_KEYS = ("containers", "initContainers", "ephemeralContainers")
+# charts render large CRDs: libyaml's loader when there is one
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 Status = Literal["copied", "kept", "failed", "not done", "no pin", "disabled"]
 #: statuses that make the sync incomplete (exit 1)
@@ -343,7 +345,7 @@ def render_chart(
             raise mirror.MirrorError(f"helm template {chart}: {exc}") from None
     if done.returncode != 0:
         raise mirror.MirrorError(f"helm template {chart}: {done.stderr.strip()[-600:]}")
-    return [d for d in yaml.safe_load_all(done.stdout) if d]
+    return [d for d in yaml.load_all(done.stdout, Loader=_LOADER) if d]
 
 
 def image_list(
@@ -355,7 +357,8 @@ def image_list(
     try:
         for path in files:
             if is_manifest(path.name):
-                found |= images_in(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+                text = path.read_text(encoding="utf-8")
+                found |= images_in(yaml.load_all(text, Loader=_LOADER))
                 continue
             if helm is None:
                 raise ValueError("image_list: helm is needed to render a chart")
