@@ -13,6 +13,7 @@ with the role's ``<addon>_default_values`` under the spec's ``addons.<addon>.val
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -31,6 +32,7 @@ from decice.spec import LoadedSpec
 
 IMAGES_DIR = "images"
 HELM_TIMEOUT_S = 120.0
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 _CONTAINER_KEYS = ("containers", "initContainers", "ephemeralContainers")
 # charts render large CRDs: libyaml's loader when there is one
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -131,14 +133,9 @@ def _pin(component: str, table: Mapping[str, Any]) -> Pin | None:
     if not isinstance(artifact, dict):
         raise InputError(f"{where}: must be a mapping with file, sha256, url")
     file, sha256, url = artifact.get("file"), artifact.get("sha256"), artifact.get("url")
-    parts = str(file or "").split("/")
-    if (
-        not isinstance(file, str)
-        or file.startswith("/")
-        or not all(p not in {"", ".", ".."} for p in parts)
-    ):
+    if not isinstance(file, str) or any(p in {"", ".", ".."} for p in file.split("/")):
         raise InputError(f"{where}.file: {file!r} is not a relative path below the mirror root")
-    if not (isinstance(sha256, str) and len(sha256) == 64):
+    if not (isinstance(sha256, str) and _SHA256.fullmatch(sha256)):
         raise InputError(f"{where}.sha256: {sha256!r} is not a sha256 (64 hex digits)")
     if url is not None and not isinstance(url, str):
         raise InputError(f"{where}.url: {url!r} must be a URL or null")
@@ -231,9 +228,13 @@ def fetch(entry: Entry, pin: Pin, dest: Path, source: mirror.Mirror | None) -> I
     return item
 
 
-def merge_sums(dest: Path, placed: Mapping[str, str]) -> list[str]:
-    """Add ``file -> sha256`` to each directory's SHA256SUMS; return the files rewritten."""
-    by_dir: dict[Path, dict[str, str]] = {}
+def merge_sums(dest: Path, placed: Mapping[str, str], *, check: Iterable[str] = ()) -> list[str]:
+    """Add ``file -> sha256`` to each directory's SHA256SUMS; return the files rewritten.
+
+    The SHA256SUMS of the directories of ``check`` are read too (an InputError when one
+    is not in sha256sum format) but only rewritten when ``placed`` changes them.
+    """
+    by_dir: dict[Path, dict[str, str]] = {dest.joinpath(*f.split("/")).parent: {} for f in check}
     for file, sha256 in placed.items():
         target = dest.joinpath(*file.split("/"))
         by_dir.setdefault(target.parent, {})[target.name] = sha256
@@ -395,6 +396,8 @@ def sync(
     ``helm`` may be None only when no enabled add-on pins a chart (see :func:`needs_helm`).
     """
     result = SyncResult(str(dest), source.root if source else "upstream URLs")
+    todo = [e.pin.file for e in entries(loaded) if e.enabled and e.pin]
+    merge_sums(dest, {}, check=todo)  # a broken SHA256SUMS is bad input: stop before copying
     placed: dict[str, str] = {}
     charts: dict[str, list[Path]] = {}
     missing: set[str] = set()

@@ -80,6 +80,8 @@ def test_real_pins_are_read_from_the_versions_file(tmp_path: Path) -> None:
         ({"file": "../x.tgz", "sha256": "a" * 64, "url": None}, "file"),
         ({"file": "/abs.tgz", "sha256": "a" * 64, "url": None}, "file"),
         ({"file": "charts/x.tgz", "sha256": "abc", "url": None}, "sha256"),
+        ({"file": "charts/x.tgz", "sha256": "g" * 64, "url": None}, "sha256"),
+        ({"file": "charts//x.tgz", "sha256": "a" * 64, "url": None}, "file"),
         ({"file": "charts/x.tgz", "sha256": "a" * 64, "url": 3}, "url"),
     ],
 )
@@ -181,6 +183,21 @@ def test_broken_sums_file_is_input_error(tmp_path: Path) -> None:
     (tmp_path / "charts" / "SHA256SUMS").write_text("garbage\n")
     with pytest.raises(InputError, match="SHA256SUMS:1: not a sha256sum line"):
         mirror_sync.merge_sums(tmp_path, {"charts/a.tgz": "a" * 64})
+    with pytest.raises(InputError, match="SHA256SUMS:1: not a sha256sum line"):
+        mirror_sync.merge_sums(tmp_path, {}, check=["charts/a.tgz"])
+    assert mirror_sync.merge_sums(tmp_path, {}, check=["other/a.tgz"]) == []
+    assert not (tmp_path / "other").exists()
+
+
+def test_broken_destination_sums_stop_the_sync_before_copying(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake_pins(monkeypatch, tmp_path)
+    (tmp_path / "m" / "manifests").mkdir(parents=True)
+    (tmp_path / "m" / "manifests" / "SHA256SUMS").write_text("garbage\n")
+    with pytest.raises(InputError, match="not a sha256sum line"):
+        mirror_sync.sync(load_spec(tmp_path), tmp_path / "m", None, None)
+    assert sorted(p.name for p in (tmp_path / "m" / "manifests").iterdir()) == ["SHA256SUMS"]
 
 
 # ------------------------------------------------------------------ images and values
