@@ -3,6 +3,9 @@
 A mirror is a directory (``mirror.path``, e.g. on a shared file system that every node
 mounts at the same path) or an HTTP(S) base URL (``mirror.url``) with this layout::
 
+    charts/<chart>-<version>.tgz       add-on charts (``artifact.file`` of versions.yml)
+    manifests/<name>-<version>.yaml    plain manifests
+    images/<addon>.txt                 images an add-on's charts reference (decice mirror sync)
     kubespray/kubespray-<tag>.tar.gz   the Kubespray source (a GitHub tag archive)
     kubespray/SHA256SUMS               optional: ``<sha256>  <file name>`` lines (sha256sum format)
     files/<host>/<path>                Kubespray's offline files as contrib/offline/
@@ -12,7 +15,8 @@ mounts at the same path) or an HTTP(S) base URL (``mirror.url``) with this layou
                                        registry holding Kubespray's images, see contrib/offline/
                                        manage-offline-container-images.sh)
 
-Every SHA256SUMS file covers the files of its own directory.
+Every SHA256SUMS file covers the files of its own directory. ``decice mirror sync``
+(decice.mirror_sync) fills a directory with the enabled add-ons' pinned artifacts.
 """
 
 from __future__ import annotations
