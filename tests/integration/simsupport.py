@@ -115,6 +115,7 @@ class SchedulerProc:
         out = self.log.open("ab")
         env = {**os.environ, "PYTHONPATH": str(ROOT / "scheduler")}
         flags = ("--audit-interval", "0", "--watch-timeout", "20", "--max-backoff", "2")
+        flags += ("--debug-audit-min-interval", "0")  # tests audit back to back
         argv = scheduler_argv(
             self.kubeconfig,
             self.port,

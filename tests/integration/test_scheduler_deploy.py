@@ -11,6 +11,7 @@ docs/scheduler.md, "What was not exercised").
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ipaddress
 import json
@@ -328,6 +329,13 @@ def test_role_systemd_units_with_leader_election_on_lab_nodes(
             assert "--kubeconfig /opt/decice-scheduler/kubeconfig" in unit
             mode = ssh(lab_nodes, host, "stat -c %a /opt/decice-scheduler/kubeconfig")
             assert mode == "600"
+            # the debug endpoints' token: a 0600 file passed by path, the server on loopback
+            assert "--metrics-host 127.0.0.1" in unit
+            assert "--debug-token-file /opt/decice-scheduler/debug-token" in unit
+            token = ssh(lab_nodes, host, "cat /opt/decice-scheduler/debug-token")
+            assert len(token) == 43 and token not in unit
+            mode = ssh(lab_nodes, host, "stat -c %a:%U /opt/decice-scheduler/debug-token")
+            assert mode == "600:root"
             # the wheel went in without the CLI's dependencies
             pkgs = ssh(lab_nodes, host, "/opt/decice-scheduler/venv/bin/pip list --format=json")
             names = {p["name"].lower().replace("_", "-") for p in json.loads(pkgs)}
@@ -363,6 +371,14 @@ def test_role_systemd_units_with_leader_election_on_lab_nodes(
     assert "decice-scheduler" not in {lease.metadata.name for lease in leases}
 
 
+TOKEN_SECRET = "decice-scheduler-debug-token"
+
+
+def _secret_token(api: client.CoreV1Api) -> str:
+    data = api.read_namespaced_secret(TOKEN_SECRET, "kube-system").data
+    return base64.b64decode(data["token"]).decode()
+
+
 def test_role_deployment_mode_objects_and_uninstall(
     role_api: tuple[ControlPlaneInfo, client.CoreV1Api], tmp_path: Path
 ) -> None:
@@ -390,6 +406,23 @@ def test_role_deployment_mode_objects_and_uninstall(
         assert container.args[:2] == ["--kubeconfig", "/etc/decice-scheduler/kubeconfig"]
         assert "--config" in container.args and "--leader-elect" not in container.args
         assert container.security_context.read_only_root_filesystem
+        # every address of the pod's network (the kubelet probes the pod IP), with the
+        # token of a generated Secret in the environment, never in the args
+        host_at = container.args.index("--metrics-host")
+        assert container.args[host_at + 1] == "0.0.0.0"
+        assert container.readiness_probe.http_get.path == "/readyz"
+        (env,) = container.env
+        assert env.name == "DECICE_SCHEDULER_DEBUG_TOKEN"
+        assert env.value_from.secret_key_ref.name == TOKEN_SECRET
+        assert env.value_from.secret_key_ref.key == "token"
+        token = _secret_token(api)
+        assert len(token) == 43 and token.isalnum()
+        assert token not in json.dumps(api.api_client.sanitize_for_serialization(deploy))
+        version = deploy.spec.template.metadata.annotations["decice.io/debug-token-version"]
+        assert (
+            version
+            == api.read_namespaced_secret(TOKEN_SECRET, "kube-system").metadata.resource_version
+        )
         rules = {
             (tuple(r.api_groups), tuple(r.resources), tuple(sorted(r.verbs)))
             for r in rbac.read_cluster_role("decice-scheduler").rules
@@ -405,9 +438,22 @@ def test_role_deployment_mode_objects_and_uninstall(
         assert "LeastAllocated" in cm.data["profile.yaml"]
         assert "tokenFile" in cm.data["kubeconfig"]
         assert _ok(_playbook(str(inventory), "up", extravars))["changed"] == 0
+        assert _secret_token(api) == token  # generated once, kept
+
+        given = {**extravars, "scheduler_debug_token": "given-debug-token-0123456789"}
+        run = _playbook(str(inventory), "up", given)
+        assert _ok(run)["changed"] > 0
+        assert "given-debug-token-0123456789" not in run.stdout + run.stderr
+        assert _secret_token(api) == "given-debug-token-0123456789"
+        deploy = apps.read_namespaced_deployment("decice-scheduler", "kube-system")
+        renewed = deploy.spec.template.metadata.annotations["decice.io/debug-token-version"]
+        assert renewed != version  # the pods restart with the new token
     finally:
         down = _playbook(str(inventory), "down", extravars)
     _ok(down)
+    assert TOKEN_SECRET not in {
+        s.metadata.name for s in api.list_namespaced_secret("kube-system").items
+    }
     assert not [
         d
         for d in apps.list_namespaced_deployment("kube-system").items
