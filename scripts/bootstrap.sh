@@ -8,10 +8,11 @@ PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 WITH_TEST=${WITH_TEST:-0}
 
-# Host packages: podman nodes (lab), SLURM submit host, the offline control-plane build (sim).
+# Host packages: podman nodes (lab), SLURM submit host, the offline control-plane build (sim),
+# strace (the hostile-input harness).
 APT_PACKAGES=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs openssh-client
               munge slurm-client rsync golang-1.19-go golang-github-modern-go-reflect2-dev
-              dpkg-dev patch quilt unzip iproute2)
+              dpkg-dev patch quilt unzip iproute2 strace)
 # Packages wanted only when their command is missing (another vendor may provide it).
 declare -A APT_FOR_COMMAND=([npm]=npm)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,12 +63,11 @@ def load(path: Path, root: Path) -> Case:
     )
 
 
-def environment(case: Case, **extra: str) -> dict[str, str]:
-    """This process's environment without any job's variables, plus the case's."""
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PBS_", "ANSIBLE_"))
-    }
-    env.update(case.env, **extra)
+def environment(*overrides: Mapping[str, str]) -> dict[str, str]:
+    """This process's environment without any job's or Ansible's variables, plus overrides."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PBS_", "ANSIBLE_"))}
+    for extra in overrides:
+        env.update(extra)
     return env
 
 
