@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
+import yaml
 
 from decice import inventory, spec
-from decice.allocation import Machine, pbs, slurm, static
+from decice.allocation import Machine, checks, listfile, pbs, slurm, static
 from decice.errors import InputError
 from decice.spec_model import AllocationSpec
 
@@ -130,3 +132,150 @@ def test_allocation_vars_apply_to_every_host_and_host_vars_win(tmp_path: Path) -
     assert hosts["a"]["ansible_user"] == "root"
     assert hosts["b"]["ansible_user"] == "hpc"
     assert hosts["a"]["prepare_kernel_wide"] is False
+
+
+def test_user_values_enter_the_inventory_unsafe(tmp_path: Path) -> None:
+    text = (
+        "name: x\ntarget: static\nallocation:\n  vars: {site: \"{{ lookup('pipe', 'id') }}\"}\n"
+        "hosts:\n  - name: a\n    address: 10.1.0.1\n    roles: [control_plane, etcd]\n"
+        "    vars: {nested: {k: ['{{ 7 * 7 }}', 3]}, ansible_connection: local}\n"
+    )
+    (tmp_path / "decice.yaml").write_text(text)
+    loaded = spec.load(None, cwd=tmp_path)
+    inv = inventory.build(loaded, inventory.allocate(loaded))
+    path = tmp_path / "inventory.yml"
+    inventory.write(inv, path)
+    written = path.read_text()
+    assert "site: !unsafe '{{ lookup(''pipe'', ''id'') }}'" in written
+    assert "- !unsafe '{{ 7 * 7 }}'" in written and "- 3" in written
+    assert "ansible_host: !unsafe '10.1.0.1'" in written
+    back = inventory.read(path)
+    assert back == inv
+    hosts = back["all"]["hosts"]
+    assert isinstance(hosts["a"]["site"], inventory.Unsafe)
+    assert isinstance(hosts["a"]["nested"]["k"][0], inventory.Unsafe)
+    assert not isinstance(hosts["localhost"]["ansible_python_interpreter"], inventory.Unsafe)
+
+
+def test_unsafe_stays_tagged_in_any_safe_dump() -> None:
+    # Kubespray's hosts.yml is written by another module with yaml.safe_dump
+    assert yaml.safe_dump({"ip": inventory.Unsafe("{{ x }}")}) == "ip: !unsafe '{{ x }}'\n"
+    assert inventory.unsafe(("a", {"b": 1})) == ["a", {"b": 1}]
+
+
+def test_ssh_options_are_quoted_arguments(tmp_path: Path) -> None:
+    config = tmp_path / "my ssh config"
+    config.write_text("Host *\n")
+    text = (
+        "name: x\ntarget: static\n"
+        "allocation: {jump_host: 'hpc@login01:2222,[fd00::1]:22', ssh_config: my ssh config}\n"
+        "hosts:\n  - {name: a, roles: [control_plane, etcd]}\n"
+    )
+    (tmp_path / "decice.yaml").write_text(text)
+    loaded = spec.load(None, cwd=tmp_path)
+    args = inventory.build(loaded, inventory.allocate(loaded))["all"]["hosts"]["a"][
+        "ansible_ssh_common_args"
+    ]
+    assert shlex.split(args) == ["-F", str(config), "-o", "ProxyJump=hpc@login01:2222,[fd00::1]:22"]
+
+
+@pytest.mark.parametrize(
+    "name", ["node1", "cn001.cluster.example", "Node-02", "a", "1", "a" * 63, "x.y.z"]
+)
+def test_valid_host_names(name: str) -> None:
+    assert checks.host_name_problem(name) is None
+
+
+@pytest.mark.parametrize(
+    "name", ["", ".", "a..b", "a.", "-a", "a-", "a_b", "a b", "a/b", "a" * 64, "n\u043ede", "a\0"]
+)
+def test_invalid_host_names(name: str) -> None:
+    assert checks.host_name_problem(name)
+
+
+@pytest.mark.parametrize(
+    ("address", "ok"),
+    [
+        ("10.0.0.1", True),
+        ("fd00::1", True),
+        ("fe80::1%eth0", True),
+        ("login01.example.org", True),
+        ("256.0.0.1", False),
+        ("fe80::1%eth0;id", False),
+        ("10.0.0.1 -p 22", False),
+        ("::g", False),
+        ("{{ x }}", False),
+    ],
+)
+def test_addresses(address: str, ok: bool) -> None:
+    assert (checks.address_problem(address) is None) is ok
+
+
+@pytest.mark.parametrize(
+    ("jump", "ok"),
+    [
+        ("login01", True),
+        ("hpc@login01:2222", True),
+        ("a@[fd00::1]:22,b.example", True),
+        ("10.0.0.1", True),
+        ("", False),
+        ("@login01", False),
+        ("login01:0", False),
+        ("[fd00::1]x", False),
+        ("login01 -E /tmp/x", False),
+        ("-oProxyCommand=x", False),
+    ],
+)
+def test_jump_hosts(jump: str, ok: bool) -> None:
+    assert (checks.jump_host_problem(jump) is None) is ok
+
+
+@pytest.mark.parametrize(
+    ("port", "ok"), [(22, True), ("2222", True), (True, False), (0, False), (65536, False)]
+)
+def test_ports(port: object, ok: bool) -> None:
+    assert (checks.port_problem(port) is None) is ok
+
+
+@pytest.mark.parametrize(
+    ("variables", "found"),
+    [
+        ({"ansible_user": "hpc", "x_1": "{{ anything }}"}, None),
+        ({"1x": 1}, "not a variable name"),
+        ({"None": 1}, "keyword"),
+        ({"ansible_ssh_user": "a b"}, "not a login name"),
+        ({"ansible_ssh_host": "-x"}, "does not start with '-'"),
+    ],
+)
+def test_vars(variables: dict[str, object], found: str | None) -> None:
+    problem = checks.vars_problem(variables)
+    assert (problem is None) if found is None else (problem is not None and found in problem[0])
+
+
+def test_old_slurm_nodelist_variable_is_named() -> None:
+    with pytest.raises(InputError, match=r"^SLURM_NODELIST: host name 'a;b'"):
+        slurm.from_environment({"SLURM_NODELIST": "a;b"})
+
+
+def test_nodefile_must_be_a_small_regular_text_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(InputError, match="is not a regular file"):
+        pbs.read_nodefile(tmp_path)
+    big = tmp_path / "nodes"
+    big.write_text("cn01\n" * 10)
+    monkeypatch.setattr(listfile, "MAX_BYTES", 20)
+    with pytest.raises(InputError, match=r"larger than .*\n    fix: run decice inside a PBS job"):
+        pbs.read_nodefile(big)
+
+
+def test_hosts_file_host_also_in_spec_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "more").write_text("a 10.0.0.9\n")
+    text = (
+        "name: x\ntarget: static\nallocation: {hosts_file: more}\n"
+        "hosts:\n  - {name: a, roles: [control_plane, etcd]}\n"
+    )
+    (tmp_path / "decice.yaml").write_text(text)
+    loaded = spec.load(None, cwd=tmp_path)
+    with pytest.raises(InputError, match="host 'a' is also in hosts:"):
+        inventory.allocate(loaded)

@@ -150,3 +150,34 @@ def test_missing_decice_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setitem(sys.modules, "decice", None)  # makes `import decice...` fail
     with pytest.raises(AnsibleParserError, match="needs the decice Python package"):
         module._import_decice()
+
+
+def test_hostile_values_are_refused_or_kept_as_data(tmp_path: Path) -> None:
+    config = tmp_path / "allocation.yml"
+    config.write_text(
+        "plugin: decice.hybrid.allocation\nsource: static\nhosts:\n"
+        "  - {name: c1, address: 10.0.0.1, vars: {note: \"{{ lookup('pipe', 'id') }}\"}}\n"
+    )
+    result = inventory_list(config)
+    assert result.returncode == 0, result.stderr
+    hostvars = json.loads(result.stdout)["_meta"]["hostvars"]["c1"]
+    # marked unsafe: Ansible shows it as data and never templates it
+    assert hostvars["note"] == {"__ansible_unsafe": "{{ lookup('pipe', 'id') }}"}
+    assert hostvars["ansible_host"] == {"__ansible_unsafe": "10.0.0.1"}
+
+    config.write_text(
+        "plugin: decice.hybrid.allocation\nsource: static\nhosts: ['../x']\n"
+        "jump_host: 'login01 -E /tmp/x'\n"
+    )
+    result = inventory_list(config)
+    assert "Failed to parse" in result.stderr
+    assert "hosts.0.name: '../x': a host name has no empty labels" in result.stderr
+    assert "jump_host: 'login01 -E /tmp/x'" in result.stderr
+
+
+def test_hostile_nodelist_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "allocation.yml"
+    config.write_text("plugin: decice.hybrid.allocation\nsource: slurm\n")
+    result = inventory_list(config, SLURM_JOB_NODELIST="node1,$(id)")
+    assert "SLURM_JOB_NODELIST: host name '$(id)'" in result.stderr
+    assert "$(id)" not in json.loads(result.stdout).get("_meta", {}).get("hostvars", {})
