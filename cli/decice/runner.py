@@ -10,9 +10,10 @@ What a run puts where (nothing secret on a command line or in an artifact):
 - facts are cached in memory, not in the artifacts, and the stored events
   (``job_events/``) carry no ``ansible_facts`` (they include the environment);
 - the cancel callback is always decice's (:mod:`decice.interrupt`): ansible-runner
-  installs no signal handler, and a SIGINT/SIGTERM kills ansible-playbook's process
-  group; the generator returns only after the runner's thread (and so its child)
-  has ended, also when it is closed early.
+  installs no signal handler, and a SIGINT/SIGTERM kills ansible-playbook with all
+  its descendants (:mod:`decice.proctree`: ansible's workers leave its process group);
+  the generator returns only after the runner's thread (and so its child) has ended,
+  also when it is closed early.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from decice import interrupt, paths
+from decice import interrupt, paths, proctree
 from decice.redact import write_private
 
 NO_PHASE = "-"
@@ -255,6 +256,16 @@ def _rewrite_command(path: Path, config: Any, envvars: Mapping[str, str]) -> Non
     write_private(path, json.dumps(data, ensure_ascii=False))
 
 
+def _kill_ansible_playbook(run: PlaybookRun) -> None:
+    """Kill this run's ansible-playbook with every process descended from it: ansible's
+    workers leave its process group (setsid), which is all ansible-runner kills."""
+    inventory = f"-i {os.path.abspath(run.inventory)} "  # noqa: PTH100 (as ansible-runner)
+    for pid in proctree.children_matching(
+        lambda cmd: "ansible-playbook" in cmd and inventory in cmd
+    ):
+        proctree.kill_tree(pid)
+
+
 def _prepare_private_dir(run: PlaybookRun) -> Path:
     """The private data dir (0700) with our settings and extra-variables files (0600)."""
     pdd = run.private_data_dir
@@ -287,8 +298,16 @@ def run_playbook(
     envvars = ansible_env(run.envvars)
     stop = threading.Event()
 
+    killed = threading.Event()
+
     def cancelled() -> bool:
-        return stop.is_set() or interrupt.requested() or bool(cancel and cancel.is_set())
+        """ansible-runner's cancel callback: polled in its thread while the play runs."""
+        if not (stop.is_set() or interrupt.requested() or (cancel and cancel.is_set())):
+            return False
+        if not killed.is_set():
+            killed.set()
+            _kill_ansible_playbook(run)
+        return True  # ansible-runner then kills the process group and ends the run
 
     def on_event(event: dict[str, Any]) -> bool:
         _without_facts(event)

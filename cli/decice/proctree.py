@@ -1,0 +1,100 @@
+"""Kill a process and everything descended from it, also what left its process group.
+
+ansible-runner cancels a run by SIGKILL to ansible-playbook's process group, but
+ansible-core's workers call setsid(): they, and the module processes they run, are in
+other groups and would be left running, orphaned. :func:`kill_tree` first stops
+(SIGSTOP) the process and, until the tree no longer grows, every descendant (a stopped
+process can neither fork nor exit, so none escapes by being re-parented), then kills
+them all with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+ProcKey = tuple[int, int]  # pid, kernel start time: a reused pid is another process
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(ppid, start time) of a live process; None when gone or a zombie."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    if fields[0] in {"Z", "X"}:
+        return None
+    return int(fields[1]), int(fields[19])
+
+
+def _parents() -> dict[int, int]:
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = _stat(int(entry.name))
+            if stat is not None:
+                out[int(entry.name)] = stat[0]
+    return out
+
+
+def tree(root: int) -> list[ProcKey]:
+    """``root`` and its live descendants (pid, start time), parents before children."""
+    stat = _stat(root)
+    if stat is None:
+        return []
+    children: dict[int, list[int]] = {}
+    for pid, ppid in _parents().items():
+        children.setdefault(ppid, []).append(pid)
+    out = [(root, stat[1])]
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop(0)
+        child = _stat(pid)
+        if child is not None:
+            out.append((pid, child[1]))
+            todo.extend(children.get(pid, []))
+    return out
+
+
+def _send(key: ProcKey, sig: signal.Signals) -> None:
+    stat = _stat(key[0])
+    if stat is not None and stat[1] == key[1]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(key[0], sig)
+
+
+def kill_tree(root: int, *, rounds: int = 20) -> list[ProcKey]:
+    """SIGSTOP ``root`` and its descendants until the tree is stable, then SIGKILL all.
+
+    Returns the processes killed."""
+    stopped: set[ProcKey] = set()
+    for _ in range(rounds):
+        members = [key for key in tree(root) if key not in stopped]
+        if not members:
+            break
+        for key in members:
+            _send(key, signal.SIGSTOP)
+            stopped.add(key)
+    for key in stopped:
+        _send(key, signal.SIGKILL)
+    return sorted(stopped)
+
+
+def children_matching(match: Callable[[str], bool], parent: int | None = None) -> list[int]:
+    """Direct children of ``parent`` (default: this process) whose command line matches."""
+    parent = os.getpid() if parent is None else parent
+    out = []
+    for pid, ppid in _parents().items():
+        if ppid != parent:
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if match(cmdline):
+            out.append(pid)
+    return out

@@ -1,0 +1,104 @@
+"""Watch the machine's processes while a command runs (a thread polling /proc).
+
+:class:`ProcWatch` samples, every few milliseconds, the command line of every process
+and the members of one process tree (a root pid and everything descended from it).
+Processes are identified by pid + kernel start time, so a reused pid is not confused
+with the process that had it before.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+ProcKey = tuple[int, int]  # (pid, start time in clock ticks)
+
+
+@dataclass(frozen=True)
+class Sample:
+    pid: int
+    ppid: int
+    start: int
+    cmdline: str
+
+    @property
+    def key(self) -> ProcKey:
+        return (self.pid, self.start)
+
+
+def read(pid: int) -> Sample | None:
+    """One process as /proc shows it now; None when gone or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in {"Z", "X"}:
+        return None
+    cmdline = raw.replace(b"\0", b" ").decode(errors="replace").strip()
+    return Sample(pid, int(fields[1]), int(fields[19]), cmdline)
+
+
+def snapshot() -> dict[int, Sample]:
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            sample = read(int(entry.name))
+            if sample is not None:
+                out[sample.pid] = sample
+    return out
+
+
+def alive(key: ProcKey) -> bool:
+    sample = read(key[0])
+    return sample is not None and sample.start == key[1]
+
+
+class ProcWatch:
+    """Polls /proc in a thread until :meth:`stop`; see the module docstring."""
+
+    def __init__(self, root_pid: int, every: float = 0.02) -> None:
+        self.root_pid = root_pid
+        self.every = every
+        self.cmdlines: set[str] = set()  # of every process seen
+        self.members: dict[ProcKey, str] = {}  # the root's descendants -> command line
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> ProcWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.every)
+
+    def _sample(self) -> None:
+        procs = snapshot()
+        children: dict[int, list[int]] = {}
+        for sample in procs.values():
+            self.cmdlines.add(sample.cmdline)
+            children.setdefault(sample.ppid, []).append(sample.pid)
+        todo = list(children.get(self.root_pid, []))
+        while todo:
+            pid = todo.pop()
+            sample = procs[pid]
+            self.members.setdefault(sample.key, sample.cmdline)
+            todo.extend(children.get(pid, []))
+
+    def members_matching(self, text: str) -> list[ProcKey]:
+        return [key for key, cmdline in self.members.items() if text in cmdline]
+
+    def alive_members(self) -> dict[ProcKey, str]:
+        """The descendants seen that still run."""
+        return {key: cmd for key, cmd in self.members.items() if alive(key)}
