@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
+from decice.errors import InputError
+
+STATE_LOCK_NAME = "lock"  # records.LOCK_NAME: the state dir's lock file
 _PKG = Path(__file__).resolve().parent
 
 
@@ -45,3 +49,36 @@ def cache_dir() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg) if xdg else Path.home() / ".cache"
     return base / "decice"
+
+
+def check_state_dir(state_dir: Path) -> None:
+    """Refuse a state dir (``.decice``) that is not a directory or whose lock is not a file.
+
+    Either can only come from a mistake (or a plant); every command that uses the state
+    dir would otherwise fail halfway. Missing is fine: the first run creates it.
+    """
+    try:
+        mode = state_dir.stat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise InputError(
+            f"{state_dir}: cannot use the state directory: {exc.strerror}\n"
+            f"    fix: remove {state_dir} (or repair its permissions) and run again"
+        ) from None
+    if not stat.S_ISDIR(mode):
+        raise InputError(
+            f"{state_dir}: the state directory is not a directory\n"
+            f"    fix: move {state_dir} away; decice creates the directory on the next run"
+        )
+    lock = state_dir / STATE_LOCK_NAME
+    try:
+        lock_mode = lock.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(lock_mode):
+        kind = "a directory" if stat.S_ISDIR(lock_mode) else "not a regular file"
+        raise InputError(
+            f"{lock}: the state directory's lock is {kind}\n"
+            f"    fix: remove {lock} (no decice run can hold it); the next run recreates it"
+        )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import os
+import stat
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -11,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from decice import versions, yamlpos
+from decice import paths, versions, yamlpos
 from decice.errors import InputError
 from decice.spec_model import Spec
 
@@ -77,24 +79,55 @@ def load(path: Path | None, *, cwd: Path | None = None) -> LoadedSpec:
     base = cwd or Path.cwd()
     if path is None:
         candidate = base / DEFAULT_SPEC_NAME
-        if candidate.is_file():
+        if os.path.lexists(candidate):  # a directory or a broken link there is an error
             path = candidate
     if path is None:
         text, label, state_dir = builtin_text(), BUILTIN_LABEL, base / ".decice"
     else:
         path = path if path.is_absolute() else base / path
-        if not path.is_file():
-            raise InputError(
-                f"{path}: spec file not found\n    fix: give an existing file with -f, "
-                f"or create one with `decice init --target sim`"
-            )
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"{path}: cannot read the spec: {exc}") from None
+        text = _read_spec(path)
         label, state_dir = str(path), path.parent / ".decice"
+    paths.check_state_dir(state_dir)
     spec, raw = parse(text, label)
     return LoadedSpec(spec=spec, source=path, text=text, state_dir=state_dir, raw=raw)
+
+
+def _read_spec(path: Path) -> str:
+    """The text of the spec file ``path``; InputError naming the path and the fix."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise InputError(
+            f"{path}: spec file not found\n    fix: give an existing file with -f, "
+            f"or create one with `decice init --target sim`"
+        ) from None
+    except OSError as exc:  # a symlink loop, a path through a file, no permission
+        raise InputError(
+            f"{path}: cannot open the spec: {exc.strerror}\n"
+            "    fix: give the path of a readable spec file with -f"
+        ) from None
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise InputError(
+            f"{path}: is {kind}, not a spec file\n"
+            f"    fix: give a spec file with -f (or move {path.name} away)"
+        )
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(
+            f"{path}: cannot read the spec: {exc.strerror}\n"
+            "    fix: make it readable (chmod u+r) or copy it somewhere readable"
+        ) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise InputError(
+            f"{path}:{line}:{column}: byte 0x{data[exc.start]:02x} is not UTF-8 text\n"
+            "    fix: save the spec as UTF-8 text (a spec is never a binary file)"
+        ) from None
 
 
 def parse(text: str, label: str) -> tuple[Spec, dict[str, Any]]:
@@ -103,12 +136,23 @@ def parse(text: str, label: str) -> tuple[Spec, dict[str, Any]]:
         doc = yamlpos.load(text)
     except yamlpos.YamlSyntaxError as exc:
         raise SpecError(
-            [SpecIssue(label, exc.pos.line, exc.pos.column, "", str(exc), _syntax_fix(str(exc)))]
+            [SpecIssue(label, exc.pos.line, exc.pos.column, "", str(exc), exc.fix)]
         ) from None
     issues = [
         _issue(label, doc, path, "this key appears twice", "keep one of them", key=True)
         for path, _ in doc.duplicates
     ]
+    issues.extend(
+        SpecIssue(
+            label,
+            bad.pos.line,
+            bad.pos.column,
+            _dotted(bad.path),
+            f"YAML reads the key {bad.text!r} as {bad.read_as}; keys must be strings",
+            f"quote it ('{bad.text}':) or remove it",
+        )
+        for bad in doc.bad_keys
+    )
     if not isinstance(doc.data, dict):
         issues.append(
             _issue(
@@ -246,12 +290,6 @@ def _fix_for(kind: str) -> str:
     }.get(kind, "see `decice init --target sim` for a commented example")
 
 
-def _syntax_fix(message: str) -> str:
-    if "tab" in message:
-        return "indent with spaces, not tabs"
-    return "check the indentation and the ':' after each key near this line"
-
-
 def _semantic(label: str, doc: yamlpos.PositionedYaml, spec: Spec) -> list[SpecIssue]:
     """Rules across fields: target needs, dependencies, untested version combinations."""
     from decice import targets
@@ -260,9 +298,11 @@ def _semantic(label: str, doc: yamlpos.PositionedYaml, spec: Spec) -> list[SpecI
         _issue(label, doc, path, problem, fix)
         for path, problem, fix in targets.get(spec.target).spec_problems(spec)
     ]
-    names = [host.name for host in spec.hosts]
-    for index, name in enumerate(names):
-        if name in names[:index]:
+    seen: set[str] = set()
+    for index, name in enumerate(host.name for host in spec.hosts):
+        if name not in seen:
+            seen.add(name)
+        else:
             issues.append(
                 _issue(
                     label,
