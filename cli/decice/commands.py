@@ -91,7 +91,7 @@ def show_status(spec_path: Path | None, *, json_out: bool) -> int:
 
 def list_runs(spec_path: Path | None, *, json_out: bool) -> int:
     loaded = spec.load(spec_path)
-    runs = records.RunStore(loaded.state_dir).list()
+    runs = history.load_runs(loaded.state_dir)
     return _report(
         json_out, lambda: [history.brief(r) for r in runs], partial(history.render_runs, runs)
     )
@@ -104,11 +104,7 @@ def show_run(run_id: str, spec_path: Path | None, *, json_out: bool) -> int:
 
 
 def write_starter(target: str, path: Path, *, force: bool) -> int:
-    text = starter.render(target)
-    if path.exists() and not force:
-        raise InputError(f"{path}: exists already\n    fix: pass --force to overwrite, or -o OTHER")
-    spec.parse(text, str(path))  # the starter must itself be valid
-    path.write_text(text, encoding="utf-8")
+    starter.write(target, path, force=force)
     _err.print(f"wrote {path} (target {target}); edit it, then `decice plan -f {path}`")
     return EXIT_OK
 

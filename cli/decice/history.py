@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -24,10 +26,28 @@ def brief(record: RunRecord) -> dict[str, Any]:
     }
 
 
+def warn(message: str) -> None:
+    """A warning on stderr (stdout stays clean for --json)."""
+    print(f"decice: warning: {message}", file=sys.stderr)
+
+
+def load_runs(state_dir: Path) -> list[RunRecord]:
+    """The run records in ``state_dir``, oldest first; an unreadable record.json is
+    skipped with a warning naming it."""
+
+    def skipped(path: Path, why: str) -> None:
+        warn(
+            f"{path}: not a run record ({why}); skipped\n"
+            f"    fix: remove {path.parent} if it is not a run of yours, or restore the file"
+        )
+
+    return records.RunStore(state_dir).list(on_skip=skipped)
+
+
 def status(loaded: LoadedSpec) -> dict[str, Any]:
     state_dir = loaded.state_dir
     holder = records.current_holder(state_dir) if state_dir.is_dir() else None
-    runs = records.RunStore(state_dir).list()
+    runs = load_runs(state_dir)
     baseline_dir = state_dir / "baseline"
     baselines = sorted(p.stem for p in baseline_dir.glob("*.json")) if baseline_dir.is_dir() else []
     kubeconfig = targets.kubeconfig_path(state_dir)

@@ -10,7 +10,7 @@ import json
 import os
 import secrets
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -229,20 +229,27 @@ class RunStore:
         write_json(self.run_dir(record.id) / RECORD_NAME, record.to_dict())
 
     def _load_path(self, path: Path) -> RunRecord:
-        record = RunRecord.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError(f"not a JSON object but a {type(data).__name__}")
+        record = RunRecord.from_dict(data)
         if record.status == "running" and not (
             record.host == socket.gethostname() and _pid_alive(record.pid)
         ):
             record.status = "interrupted"
         return record
 
-    def list(self) -> list[RunRecord]:
+    def list(self, on_skip: Callable[[Path, str], None] | None = None) -> list[RunRecord]:
+        """The readable records, oldest first; ``on_skip(path, why)`` for each unreadable one."""
         if not self.root.is_dir():
             return []
         records = []
         for path in sorted(self.root.glob(f"*/{RECORD_NAME}")):
-            with contextlib.suppress(OSError, ValueError, TypeError):
+            try:
                 records.append(self._load_path(path))
+            except (OSError, ValueError, TypeError) as exc:
+                if on_skip is not None:
+                    on_skip(path, str(exc))
         return records
 
     def get(self, ref: str) -> RunRecord:

@@ -107,7 +107,7 @@ def _read_spec(path: Path) -> str:
             "    fix: give the path of a readable spec file with -f"
         ) from None
     if not stat.S_ISREG(mode):
-        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        kind = "a directory" if stat.S_ISDIR(mode) else "a special file (pipe, device, socket)"
         raise InputError(
             f"{path}: is {kind}, not a spec file\n"
             f"    fix: give a spec file with -f (or move {path.name} away)"

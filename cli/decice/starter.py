@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import stat
+from pathlib import Path
+
 from decice.errors import InputError
 from decice.spec_model import TARGETS
 
@@ -82,3 +86,71 @@ def render(target: str) -> str:
             f"--target {target!r}: unknown target\n    fix: use one of {', '.join(TARGETS)}"
         )
     return _HEAD.format(target=target) + _TARGET[target] + _TAIL
+
+
+def write(target: str, path: Path, *, force: bool) -> None:
+    """Write the starter spec for ``target`` to ``path`` (never through a symlink).
+
+    Raises InputError naming the path and the fix when ``path`` exists (without
+    ``force``), is a directory, a symlink or a special file, or its directory is missing.
+    """
+    from decice import spec
+
+    text = render(target)
+    spec.parse(text, str(path))  # the starter must itself be valid
+    _check_destination(path, force=force)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_TRUNC if force else os.O_EXCL)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        raise InputError(
+            f"{path}: cannot write the spec: {exc.strerror}\n"
+            "    fix: choose a writable location with -o"
+        ) from None
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def _check_destination(path: Path, *, force: bool) -> None:
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        _check_directory(path.parent)
+        return
+    except OSError as exc:  # a loop or a file among the parent directories
+        raise InputError(
+            f"{path}: cannot use this path: {exc.strerror}\n"
+            "    fix: give -o a path whose directories exist (and are not symlink loops)"
+        ) from None
+    if stat.S_ISLNK(mode):
+        raise InputError(
+            f"{path}: is a symbolic link; decice does not write through links\n"
+            "    fix: give -o the path of the file itself, or remove the link"
+        )
+    if stat.S_ISDIR(mode):
+        raise InputError(
+            f"{path}: is a directory\n    fix: give a file name, e.g. -o {path / 'decice.yaml'}"
+        )
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{path}: is not a regular file\n    fix: choose another -o")
+    if not force:
+        raise InputError(f"{path}: exists already\n    fix: pass --force to overwrite, or -o OTHER")
+
+
+def _check_directory(directory: Path) -> None:
+    try:
+        mode = directory.stat().st_mode
+    except FileNotFoundError:
+        raise InputError(
+            f"{directory}: directory does not exist\n"
+            f"    fix: create it (mkdir -p {directory}) or choose another -o"
+        ) from None
+    except OSError as exc:
+        raise InputError(
+            f"{directory}: cannot use this directory: {exc.strerror}\n"
+            "    fix: give -o a path whose directories exist (and are not symlink loops)"
+        ) from None
+    if not stat.S_ISDIR(mode):
+        raise InputError(
+            f"{directory}: is not a directory\n    fix: choose another -o inside a directory"
+        )
