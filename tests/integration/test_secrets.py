@@ -80,7 +80,9 @@ def _user_kubeconfig(path: Path, token: str) -> Path:
 
 
 def _assert_no_secret_left(state: Path, watch_cmdlines: set[str], tokens: list[str]) -> None:
-    in_argv = [f"{token} in: {cmd[:200]}" for cmd in watch_cmdlines for token in tokens if token in cmd]
+    in_argv = [
+        f"{token} in: {cmd[:200]}" for cmd in watch_cmdlines for token in tokens if token in cmd
+    ]
     assert in_argv == []
     assert _hits(state, tokens) == []
     assert list(state.rglob("env/extravars")) == []  # removed when each run ended

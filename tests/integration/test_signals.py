@@ -54,7 +54,12 @@ def _interrupt(
     )
     with ProcWatch(proc.pid) as watch:
         try:
-            wait_for(f"{marker} to run", lambda: watch.members_matching(marker), timeout=300)
+            wait_for(
+                f"{marker} to run",
+                lambda: watch.members_matching(marker) or proc.poll() is not None,
+                timeout=300,
+            )
+            assert proc.poll() is None, proc.communicate()
             if to_group:
                 os.killpg(proc.pid, sig)
             else:
@@ -107,7 +112,7 @@ def test_signal_in_an_ansible_phase(tmp_path: Path, sig: signal.Signals, to_grou
 @pytest.mark.parametrize(("sig", "to_group"), CASES)
 def test_signal_in_a_python_phase(tmp_path: Path, sig: signal.Signals, to_group: bool) -> None:
     require_sim()
-    (tmp_path / "decice.yaml").write_text(sim_spec("sigsim", ("w", 2, 'cpu: "4"')))
+    (tmp_path / "decice.yaml").write_text(sim_spec("sigsim", ("w", 2, 'cpu: "4", memory: 8Gi')))
     try:
         code, record, watch = _interrupt(
             tmp_path, ["up", "--skip", "addons,scheduler"], "kube-apiserver", sig, to_group
