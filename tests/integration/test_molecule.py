@@ -1,9 +1,12 @@
 """Molecule scenarios under molecule/, run as CI runs them: `molecule test -s <name>`.
 
-The node image comes from decice.lab.image.ensure_image (built once, then cached) and is
-handed to molecule through DECICE_NODE_IMAGE, with decice's containers.conf through
-CONTAINERS_CONF (see molecule/base.yml). Molecule's ephemeral directory (where the
-scenario keeps decice's controller-side state) is a pytest temp dir, not the repository.
+Host roles (`default`): the node image comes from decice.lab.image.ensure_image (built
+once, then cached) and is handed to molecule through DECICE_NODE_IMAGE, with decice's
+containers.conf through CONTAINERS_CONF (see molecule/base.yml). Add-on roles (`addons`,
+self-contained, no base config): a sim control plane from decice's cached binaries and
+the add-on charts of the mirror named by DECICE_MIRROR. Molecule's ephemeral directory
+(where a scenario keeps decice's controller-side state) is a pytest temp dir, not the
+repository.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import pytest
 
 from decice.lab.image import ensure_image
 from decice.lab.podman import Podman, write_containers_conf
+from decice.sim.binaries import BinarySet
+from decice.targets.sim import leftover_processes
 from tests.support import require
 
 pytestmark = pytest.mark.molecule
@@ -27,6 +32,7 @@ pytestmark = pytest.mark.molecule
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 BASE_CONFIG = "molecule/base.yml"
+MIRROR = REPO.parent / "shared" / "mirror"
 TIMEOUT_S = 900
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -57,7 +63,12 @@ def _base_env() -> dict[str, str]:
     env = dict(os.environ)
     # molecule runs ansible-playbook and pytest by name: use this interpreter's.
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
-    for key in ("DECICE_NODE_IMAGE", "CONTAINERS_CONF", "MOLECULE_EPHEMERAL_DIRECTORY"):
+    for key in (
+        "DECICE_NODE_IMAGE",
+        "CONTAINERS_CONF",
+        "DECICE_MIRROR",
+        "MOLECULE_EPHEMERAL_DIRECTORY",
+    ):
         env.pop(key, None)
     return env
 
@@ -105,3 +116,84 @@ def test_default_scenario(tmp_path: Path):
     passed = re.search(r"=+ (\d+) passed in ", out)
     assert passed and int(passed.group(1)) >= 15, out[-3000:]
     print(f"molecule test -s default: {seconds:.0f} s")  # visible with -s / in -rA
+
+
+def _flat(text: str) -> str:
+    """Molecule's boxed, wrapped playbook output as one line of words."""
+    return " ".join(text.replace("│", " ").split())
+
+
+def _section(out: str, scenario: str, step: str) -> str:
+    """The output of one step of a molecule run (the last time it ran)."""
+    start = out.rfind(f"{scenario} ➜ {step}: Executing")
+    end = out.find(f"{scenario} ➜ {step}: Executed", start)
+    assert start >= 0 and end > start, f"no {step} step:\n{out[-3000:]}"
+    return out[start:end]
+
+
+def test_addons_without_mirror_fails_naming_the_variable(tmp_path: Path):
+    require(_molecule() is not None, "molecule is not installed (pip install -e .[test])")
+    ephemeral = tmp_path / "ephemeral"
+    env = _base_env() | {"MOLECULE_EPHEMERAL_DIRECTORY": str(ephemeral)}
+    code, out, _ = _run(["test", "-s", "addons"], env, base=False)
+    assert code != 0
+    assert "DECICE_MIRROR unset" in out, out[-3000:]
+    assert "Executing" not in out, "molecule ran a step before refusing"
+    assert not (ephemeral / "decice.yaml").exists()
+
+
+def _label_namespace(kubeconfig: Path, name: str, manager: str) -> None:
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    body = {"metadata": {"labels": {"app.kubernetes.io/managed-by": manager}}}
+    client.CoreV1Api(api).patch_namespace(name, body)
+
+
+def test_addons_scenario(tmp_path: Path, sim_binaries: BinarySet):
+    """`molecule test -s addons` (create: a sim control plane; converge: volcano and
+    kubeflow; idempotence; verify) kept up, verify once more after breaking one of its
+    expectations (it must fail), then destroy: uninstall, zero API leftovers against
+    converge's baseline, control plane stopped; and destroy again with nothing left."""
+    require(_molecule() is not None, "molecule is not installed (pip install -e .[test])")
+    require((MIRROR / "charts" / "SHA256SUMS").is_file(), f"the add-on mirror {MIRROR}")
+    ephemeral = tmp_path / "ephemeral"
+    env = _base_env() | {
+        "DECICE_MIRROR": str(MIRROR),
+        "MOLECULE_EPHEMERAL_DIRECTORY": str(ephemeral),
+    }
+    try:
+        code, out, seconds = _run(["test", "-s", "addons", "--destroy", "never"], env, base=False)
+        assert code == 0, f"molecule test failed after {seconds:.0f} s:\n{out[-6000:]}"
+        for step in ("create", "prepare", "converge", "idempotence", "verify"):
+            assert f"addons ➜ {step}: Executed: Successful" in out, step
+        # verify asserted each expectation and reported it: 2 releases, 2 CRD sets,
+        # 2 Deployment sets, 2 namespaces, the runtimes
+        verified = _flat(_section(out, "addons", "verify")).count("verified: ")
+        assert verified == 9, f"verify reported {verified} checks:\n{out[-3000:]}"
+
+        _label_namespace(ephemeral / ".decice" / "kubeconfig", "volcano-system", "someone-else")
+        code, broken, _ = _run(["verify", "-s", "addons"], env, base=False)
+        assert code != 0, "verify passed on a namespace that is not labelled as decice's"
+        assert "namespace volcano-system: labels" in _flat(broken), broken[-3000:]
+    finally:
+        code, out, destroy_s = _run(["destroy", "-s", "addons"], env, base=False)
+    assert code == 0, f"molecule destroy failed after {destroy_s:.0f} s:\n{out[-6000:]}"
+    assert "addons ➜ destroy: Executed: Successful" in out
+    # it uninstalled through the roles and compared the API with converge's baseline
+    # (leftovers would have failed it), then stopped the control plane
+    destroy = _flat(_section(out, "addons", "destroy"))
+    for task in (
+        "Remove Kubeflow Trainer in the safe order",
+        "Remove Volcano in the safe order",
+        "Compare the cluster with the API baseline",
+        "Stop the control plane and remove its data (decice reset)",
+    ):
+        assert task in destroy, task
+    assert not leftover_processes(ephemeral), "a sim process of the scenario still runs"
+    assert not (ephemeral / ".decice" / "kubeconfig").exists()
+    # what `molecule test` does first: destroy with nothing created
+    code, out, _ = _run(["destroy", "-s", "addons"], env, base=False)
+    assert code == 0, out[-3000:]
+    assert "Remove Volcano in the safe order" not in _flat(out), "uninstalled with nothing there"
+    print(f"molecule test -s addons: {seconds:.0f} s + destroy {destroy_s:.0f} s")
