@@ -79,11 +79,15 @@ def _require_prerequisites() -> None:
     require(shutil.which("podman") is not None, "podman missing (apt-get install -y podman runc)")
 
 
-def test_unset_image_fails_before_creating_anything():
+def test_unset_image_fails_before_creating_anything(tmp_path: Path):
     require(_molecule() is not None, "molecule is not installed (pip install -e .[test])")
-    code, out, _ = _run(["list", "-s", "default"], _base_env())
+    # `test -s default` loads only this scenario's config (`list` loads every
+    # scenario's, and would stop at the first unset variable of any of them)
+    env = _base_env() | {"MOLECULE_EPHEMERAL_DIRECTORY": str(tmp_path / "ephemeral")}
+    code, out, _ = _run(["test", "-s", "default"], env)
     assert code != 0
     assert "DECICE_NODE_IMAGE unset" in out, out[-3000:]
+    assert "Executing" not in out, "molecule ran a step before refusing"
 
 
 def test_without_base_config_converge_refuses(tmp_path: Path):
