@@ -129,9 +129,16 @@ def reset(
 
 
 @app.command()
-def verify(spec: SpecOpt = None, json_out: JsonOpt = False, verbose: VerboseOpt = 0) -> None:
-    """Compare every host with its baseline; an empty difference means a clean slate."""
-    _lifecycle("verify", spec, json_out, verbose)
+def verify(
+    spec: SpecOpt = None,
+    json_out: JsonOpt = False,
+    verbose: VerboseOpt = 0,
+    only: OnlyOpt = None,
+    skip: SkipOpt = None,
+) -> None:
+    """Prove a clean slate: the cluster's API objects against the API baseline taken
+    before the add-ons (phase cluster), every host against its baseline (phase verify)."""
+    _lifecycle("verify", spec, json_out, verbose, only=only, skip=skip)
 
 
 @app.command()

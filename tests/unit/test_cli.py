@@ -82,6 +82,14 @@ def test_plan_only_and_skip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert not Path(".decice").exists()
 
 
+def test_verify_only_names_its_phases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    bad = CliRunner().invoke(app, ["verify", "--only", "clusters"])
+    assert bad.exit_code == 2
+    assert "unknown phase clusters" in bad.output and "use cluster, verify" in bad.output
+    assert not Path(".decice").exists()
+
+
 @pytest.mark.parametrize("target", ["sim", "lab", "slurm", "pbs", "static"])
 def test_init_writes_a_valid_starter(tmp_path: Path, target: str) -> None:
     runner = CliRunner()
