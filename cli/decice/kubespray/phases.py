@@ -9,15 +9,21 @@ reset.kubernetes  prepare -> reset.yml (confirmed, HPC-safe vars) -> remove the 
 Kubespray writes the cluster-admin kubeconfig to ``<run>/kubespray/artifacts/admin.conf``;
 that directory is 0700 before Kubespray runs and the copy is 0600 once it is written.
 
-With ``--check`` each phase only says what it would run (see ``describe``).
+up.kubernetes refuses (and changes nothing) while a host Kubespray would touch has no
+baseline (decice.baselines): a later `up` would take the deployed host as its clean slate.
+
+With ``--check`` each phase only says what it would run (see ``describe``); the up
+preview refuses the same way.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
-from decice.kubespray import edge, run
+from decice import baselines
+from decice.kubespray import edge, render, run
 from decice.records import RUNS_DIR
 from decice.targets.base import Phase, PhaseContext, api_baseline_path, kubeconfig_path
 
@@ -120,7 +126,26 @@ def preview_reset_kubernetes(ctx: PhaseContext) -> str:
     return _would_run(ctx, "reset.yml")
 
 
+def require_baselines(ctx: PhaseContext) -> None:
+    """Refuse (RunFailedError, exit 1) while a host of Kubespray's inventory has no baseline."""
+    hosts = render.inventory(ctx.inventory)["all"]["hosts"]
+    baselines.require("kubernetes", ctx.state_dir, hosts, ctx.record, check=ctx.options.check)
+
+
+def _baseline_first(work: Callable[[PhaseContext], str]) -> Callable[[PhaseContext], str]:
+    """``work`` (its run or its preview), after :func:`require_baselines`."""
+
+    @functools.wraps(work)
+    def guarded(ctx: PhaseContext) -> str:
+        require_baselines(ctx)
+        return work(ctx)
+
+    return guarded
+
+
 PHASES: dict[str, dict[str, Phase]] = {
-    "up": {"kubernetes": Phase(up_kubernetes, preview_up_kubernetes)},
+    "up": {
+        "kubernetes": Phase(_baseline_first(up_kubernetes), _baseline_first(preview_up_kubernetes))
+    },
     "reset": {"kubernetes": Phase(reset_kubernetes, preview_reset_kubernetes)},
 }
