@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import stat
+import urllib.error
+import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +27,10 @@ from decice.sim.controlplane import (
     ControlPlaneInfo,
     remove_data_dir,
 )
-from decice.sim.pki import Pki
+from decice.sim.pki import Pair, Pki
 from decice.sim.procs import ProcessRecord, is_alive, spawn, terminate
 from tests.integration.simsupport import create_namespace
-from tests.support import pid_alive, wait_for
+from tests.support import pid_alive, run_decice, sim_spec, wait_for
 
 # controllers of a fresh control plane take their time (seconds to wait for them)
 SLOW = 90.0
@@ -372,3 +376,115 @@ def _try_create(objs: client.CustomObjectsApi, body: dict[str, Any]) -> bool:
             return False
         raise
     return True
+
+
+# ---------------------------------------------------------------- hardening
+
+
+def _status(url: str, ca: Path | None = None, cert: Pair | None = None) -> int:
+    """HTTP status of a GET (0: no HTTP answer, e.g. the TLS handshake was refused)."""
+    ctx = ssl.create_default_context(cafile=str(ca)) if ca else None
+    if ctx is not None and cert is not None:
+        ctx.load_cert_chain(str(cert.cert), str(cert.key))
+    try:
+        with urllib.request.urlopen(url, timeout=5, context=ctx) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (urllib.error.URLError, OSError, ssl.SSLError):
+        return 0
+
+
+def _listeners(pids: Iterable[int]) -> set[str]:
+    """``address:port`` of every TCP socket the processes listen on (IPv6 as ``[v6]``)."""
+    inodes = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = str(fd.readlink())
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            cols = line.split()
+            if cols[3] != "0A" or cols[9] not in inodes:  # 0A: LISTEN
+                continue
+            addr, port = cols[1].split(":")
+            host = ".".join(str(b) for b in bytes.fromhex(addr)[::-1]) if table == "tcp" else "[v6]"
+            found.add(f"{host}:{int(port, 16)}")
+    return found
+
+
+def _loose_modes(root: Path, only: str = "") -> list[str]:
+    """Directories not 0700 and files readable by others than the owner, under ``root``."""
+    bad = []
+    for path in [root, *root.rglob("*")]:
+        if path.is_symlink() or (only and only not in path.name and not path.is_dir()):
+            continue
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if (path.is_dir() and mode != 0o700) or (not path.is_dir() and mode & 0o077):
+            bad.append(f"{path.relative_to(root)} {mode:o}")
+    return bad
+
+
+@pytest.mark.sim
+def test_no_anonymous_api_etcd_mtls_loopback_and_private_files(
+    sim_control_plane: ControlPlaneInfo,
+) -> None:
+    info = sim_control_plane
+    pki = Pki(info.data_dir / "pki")
+    # the apiserver: no anonymous user at all (401), not "system:anonymous is forbidden"
+    for path in ("/version", "/readyz", "/api/v1/namespaces"):
+        assert _status(info.server + path, info.ca_cert) == 401, path
+    assert _status(info.server + "/readyz", info.ca_cert, pki.pair("admin")) == 200
+
+    # etcd's client URL: a certificate of etcd's own CA or nothing
+    etcd = info.etcd_endpoint + "/health"
+    assert _status(etcd, pki.etcd_ca.cert, pki.pair("etcd-client")) == 200
+    assert _status(etcd, pki.etcd_ca.cert) == 0  # no client certificate
+    assert _status(etcd, pki.etcd_ca.cert, pki.pair("admin")) == 0  # the cluster CA's
+    # its peer URL: TLS too, with peer client-certificate auth
+    peer = f"https://127.0.0.1:{info.ports['etcd-peer']}/members"
+    assert _status(peer, pki.etcd_ca.cert, pki.pair("etcd-peer")) == 200
+    assert _status(peer, pki.etcd_ca.cert) == 0
+    assert _status(peer.replace("https:", "http:")) != 200
+
+    # every listening socket of every component is on 127.0.0.1
+    listening = _listeners(r.pid for r in info.processes.values())
+    assert {f"127.0.0.1:{info.ports[n]}" for n in ("etcd", "etcd-peer", "apiserver")} <= listening
+    assert {a for a in listening if not a.startswith("127.0.0.1:")} == set()
+
+    # keys, kubeconfigs, logs, the state file: 0600; every directory 0700
+    assert _loose_modes(info.data_dir) == []
+
+
+@pytest.mark.sim
+def test_cli_up_writes_private_state_and_replaces_a_planted_kubeconfig_symlink(
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / "w"
+    (work / ".decice").mkdir(parents=True, mode=0o700)
+    spec = sim_spec("hardened", ("w", 2, 'cpu: "4", memory: 8Gi, pods: "110"'))
+    (work / "decice.yaml").write_text(spec)
+    victim = tmp_path / "victim"
+    victim.write_text("untouched\n")
+    victim.chmod(0o644)
+    kubeconfig = work / ".decice" / "kubeconfig"
+    kubeconfig.symlink_to(victim)
+    try:
+        up = run_decice(work, "up", "--only", "kubernetes")
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert victim.read_text() == "untouched\n" and stat.S_IMODE(victim.stat().st_mode) == 0o644
+        assert not kubeconfig.is_symlink() and stat.S_IMODE(kubeconfig.stat().st_mode) == 0o600
+        assert "client-key-data" in kubeconfig.read_text()
+        sim = work / ".decice" / "sim"
+        # the control plane's files and every log, key, kubeconfig or record of the sim
+        assert _loose_modes(sim / "control-plane") == []
+        for kind in (".log", ".key", "kubeconfig", "state.json", "process.json", "status.json"):
+            assert _loose_modes(sim, only=kind) == [], kind
+    finally:
+        reset = run_decice(work, "reset", "--yes")
+    assert reset.returncode == 0, reset.stdout + reset.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import stat
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -94,3 +95,40 @@ def test_retry_only_when_the_log_says_so(proc: procs.ManagedProcess[bool]) -> No
     with pytest.raises(RunFailedError):
         proc.ensure({}, flaky, attempts=3, retry_when="something else")
     assert len(starts) == 1
+
+
+def _wait_exit(rec: procs.ProcessRecord) -> None:
+    """Until the short-lived child has finished (then reaped)."""
+    deadline = time.monotonic() + 20
+    while procs.is_alive(rec) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert procs.terminate(rec) is False  # it had exited by itself
+
+
+def test_spawn_keeps_logs_and_children_files_private(tmp_path: Path) -> None:
+    """Logs 0600 in 0700 directories, also an older 0644 log; children run with umask 077,
+    so what they create (status files, certificate dirs) is private too."""
+    log = tmp_path / "a" / "logs" / "child.log"
+    code = "import os, pathlib; os.makedirs('made'); pathlib.Path('made/out').write_text('x')"
+    rec = procs.spawn("child", [sys.executable, "-c", code], log, cwd=tmp_path)
+    _wait_exit(rec)
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
+    assert stat.S_IMODE(log.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "made").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "made" / "out").stat().st_mode) == 0o600
+
+    log.chmod(0o644)  # a log from an older version
+    _wait_exit(procs.spawn("child", [sys.executable, "-c", "pass"], log, cwd=tmp_path))
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
+    assert log.read_text().count("===") == 2  # appended, not truncated
+
+
+def test_spawn_refuses_a_symlinked_log(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("untouched\n")
+    log = tmp_path / "child.log"
+    log.symlink_to(victim)
+    with pytest.raises(RunFailedError, match=r"child\.log.*symlink.*remove it"):
+        procs.spawn("child", [sys.executable, "-c", "pass"], log, cwd=tmp_path)
+    assert victim.read_text() == "untouched\n"

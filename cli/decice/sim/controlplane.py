@@ -4,15 +4,22 @@ and (optionally) the stock kube-scheduler, started detached and recorded in ``da
 Layout of ``data_dir``::
 
     state.json          ports, pids (+ start time, executable) and options of the processes
-    admin.kubeconfig    cluster-admin (system:masters) client certificate, mode 0600
-    pki/                private CA, serving/client certificates, service-account keys
+    admin.kubeconfig    cluster-admin (system:masters) client certificate
+    pki/                private CAs, serving/client certificates, service-account keys
     etcd/               etcd data
     logs/<name>.log     output of each process (appended across restarts)
+
+Every directory is 0700 and every file 0600 (enforced at each start, also on files an
+older version left; the processes run with umask 077).
 
 Behaviour choices (measured on a 2-core Debian 12 machine with this recipe):
 
 - Everything listens on 127.0.0.1 only, on ports picked free at the first start (reused
-  on restart when still free); etcd serves TLS with client-certificate auth.
+  on restart when still free).
+- etcd's client and peer URLs are TLS with client-certificate auth against etcd's own CA
+  (see decice.sim.pki): only the apiserver's etcd client certificate opens it.
+- The apiserver has no anonymous user (``--anonymous-auth=false``): every request,
+  health checks included, needs a client certificate (decice's probes use the admin one).
 - With the controller-manager, the ``ServiceAccount`` admission plugin stays on: the
   controller-manager gets the service-account private key and the CA, so its token and
   service-account controllers create each namespace's ``default`` account and token.
@@ -35,6 +42,7 @@ import os
 import shutil
 import socket
 import ssl
+import stat
 import time
 import urllib.error
 import urllib.request
@@ -47,8 +55,16 @@ from typing import Any
 from decice import filelock
 from decice.errors import InputError, RunFailedError
 from decice.sim.binaries import BinarySet
-from decice.sim.pki import Pki, ensure_pki, write_kubeconfig
-from decice.sim.procs import ProcessRecord, is_alive, spawn, tail, terminate
+from decice.sim.pki import ETCD_LEAVES, Pki, ensure_pki, write_kubeconfig
+from decice.sim.procs import (
+    ProcessRecord,
+    is_alive,
+    private_dir,
+    spawn,
+    tail,
+    terminate,
+    write_private,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +74,9 @@ SERVICE_CIDR = "10.0.0.0/24"
 ETCD_QUOTA_BYTES = 8 * 1024**3
 PORT_NAMES = ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler")
 ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+# raised when the security-relevant flags change: a running control plane started with
+# older flags is then restarted (its data kept) rather than kept as it is
+SECURITY_LEVEL = 1
 
 
 class ControlPlaneError(RunFailedError):
@@ -154,8 +173,8 @@ class ControlPlane:
         etcd data is kept). On failure every process started here is stopped again and
         ControlPlaneError carries the tail of the failing component's log.
         """
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        (self.data_dir / MARKER).touch()
+        private_dir(self.data_dir)
+        _touch_private(self.data_dir / MARKER)
         with self._lock():
             state = _read_state(self.data_dir)
             if state is not None:
@@ -204,6 +223,7 @@ class ControlPlane:
             "controller_manager": self.controller_manager,
             "scheduler": self.scheduler,
             "node_lifecycle": self.node_lifecycle,
+            "security": SECURITY_LEVEL,
             "extra_args": self.extra_args,
             "binaries": {n: str(self.binaries.path(n)) for n in self.components},
         }
@@ -227,6 +247,7 @@ class ControlPlane:
             "scheduler",
             "system:kube-scheduler",
         )
+        _tighten(self.data_dir)
         state: dict[str, Any] = {
             "version": 1,
             "server": server,
@@ -281,8 +302,9 @@ class ControlPlane:
 
     def _etcd_args(self, pki: Pki, ports: Mapping[str, int]) -> list[str]:
         client = f"https://127.0.0.1:{ports['etcd']}"
-        peer = f"http://127.0.0.1:{ports['etcd-peer']}"
+        peer = f"https://127.0.0.1:{ports['etcd-peer']}"
         server = pki.pair("etcd-server")
+        peer_pair = pki.pair("etcd-peer")
         return [
             str(self.binaries.path("etcd")),
             "--name=decice-sim",
@@ -294,8 +316,12 @@ class ControlPlane:
             f"--initial-cluster=decice-sim={peer}",
             f"--cert-file={server.cert}",
             f"--key-file={server.key}",
-            f"--trusted-ca-file={pki.ca.cert}",
+            f"--trusted-ca-file={pki.etcd_ca.cert}",
             "--client-cert-auth=true",
+            f"--peer-cert-file={peer_pair.cert}",
+            f"--peer-key-file={peer_pair.key}",
+            f"--peer-trusted-ca-file={pki.etcd_ca.cert}",
+            "--peer-client-cert-auth=true",
             f"--quota-backend-bytes={ETCD_QUOTA_BYTES}",
             "--auto-compaction-mode=periodic",
             "--auto-compaction-retention=5m",
@@ -317,7 +343,7 @@ class ControlPlane:
         args = [
             str(self.binaries.path("kube-apiserver")),
             f"--etcd-servers=https://127.0.0.1:{ports['etcd']}",
-            f"--etcd-cafile={pki.ca.cert}",
+            f"--etcd-cafile={pki.etcd_ca.cert}",
             f"--etcd-certfile={client.cert}",
             f"--etcd-keyfile={client.key}",
             "--bind-address=127.0.0.1",
@@ -326,6 +352,7 @@ class ControlPlane:
             f"--tls-cert-file={serving.cert}",
             f"--tls-private-key-file={serving.key}",
             f"--client-ca-file={pki.ca.cert}",
+            "--anonymous-auth=false",
             f"--cert-dir={self.data_dir / 'apiserver-certs'}",
             f"--service-account-key-file={pki.sa_pub}",
             f"--service-account-signing-key-file={pki.sa_key}",
@@ -480,10 +507,25 @@ def _read_state(data_dir: Path) -> dict[str, Any] | None:
 
 
 def _write_state(data_dir: Path, state: Mapping[str, Any]) -> None:
-    path = data_dir / STATE_FILE
-    tmp = path.with_name(f".{STATE_FILE}.tmp")
-    tmp.write_text(json.dumps(state, indent=2) + "\n")
-    tmp.replace(path)
+    write_private(data_dir / STATE_FILE, json.dumps(state, indent=2) + "\n")
+
+
+def _touch_private(path: Path) -> None:
+    """Create an empty 0600 file unless it exists (a symlink there is left alone)."""
+    with suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+
+
+def _tighten(root: Path) -> None:
+    """Directories 0700, regular files without group/other bits, below ``root`` (what an
+    older version left); symlinks are neither followed nor changed."""
+    for dirpath, _dirs, files in os.walk(root):
+        Path(dirpath).chmod(0o700)
+        for name in files:
+            path = Path(dirpath, name)
+            mode = path.lstat().st_mode
+            if stat.S_ISREG(mode) and mode & 0o077:
+                path.chmod(stat.S_IMODE(mode) & 0o700)
 
 
 def _pick_ports(previous: Mapping[str, int]) -> dict[str, int]:
@@ -523,7 +565,8 @@ def _check(name: str, pki: Pki, ports: Mapping[str, int]) -> bool:
 
 
 def _client_context(pki: Pki, leaf: str) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cafile=str(pki.ca.cert))
+    ca = pki.etcd_ca if leaf in ETCD_LEAVES else pki.ca
+    ctx = ssl.create_default_context(cafile=str(ca.cert))
     pair = pki.pair(leaf)
     ctx.load_cert_chain(str(pair.cert), str(pair.key))
     return ctx

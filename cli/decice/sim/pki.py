@@ -1,19 +1,33 @@
-"""Certificates and keys of the sim control plane (a private CA, loopback only)."""
+"""Certificates and keys of the sim control plane (private CAs, loopback only).
+
+Two CAs: the cluster CA (the apiserver's serving certificate, the admin, controller-manager
+and scheduler client certificates; the controller-manager also signs approved CSRs with
+it) and etcd's own CA, which signs only etcd's server, peer and client (apiserver)
+certificates. etcd trusts only its own CA, so no certificate the cluster can issue opens it.
+
+Every file is written to a private temp file and renamed into place (mode 0600, never
+through a planted symlink); the directory is 0700.
+"""
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
+import errno
 import ipaddress
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from decice.errors import InputError
 
 SERVICE_IP = "10.0.0.1"  # first address of the service range the apiserver is given
 _VALID = dt.timedelta(days=365)
@@ -38,8 +52,13 @@ class Pki:
 
     @property
     def ca(self) -> Pair:
-        """The private CA."""
+        """The cluster CA."""
         return Pair(self.dir / "ca.crt", self.dir / "ca.key")
+
+    @property
+    def etcd_ca(self) -> Pair:
+        """etcd's own CA (trusted by etcd only)."""
+        return Pair(self.dir / "etcd-ca.crt", self.dir / "etcd-ca.key")
 
     def pair(self, name: str) -> Pair:
         """A leaf certificate by name (see :data:`LEAVES`)."""
@@ -74,11 +93,14 @@ LEAVES: dict[
         ("127.0.0.1", SERVICE_IP),
     ),
     "etcd-server": ("etcd", None, (_SERVER, _CLIENT), ("localhost",), ("127.0.0.1",)),
+    "etcd-peer": ("etcd-peer", None, (_SERVER, _CLIENT), ("localhost",), ("127.0.0.1",)),
     "etcd-client": ("kube-apiserver-etcd-client", None, (_CLIENT,), (), ()),
     "admin": ("decice-admin", "system:masters", (_CLIENT,), (), ()),
     "controller-manager": ("system:kube-controller-manager", None, (_CLIENT,), (), ()),
     "scheduler": ("system:kube-scheduler", None, (_CLIENT,), (), ()),
 }
+#: the leaves etcd's CA signs (the others: the cluster CA)
+ETCD_LEAVES = ("etcd-server", "etcd-peer", "etcd-client")
 
 
 def self_signed_ca(
@@ -117,35 +139,63 @@ def self_signed_ca(
 
 
 def ensure_pki(directory: Path) -> Pki:
-    """Create the CA, every leaf and the service-account key pair when missing.
+    """Create both CAs, every leaf and the service-account key pair when missing.
 
-    Idempotent: existing files are kept; a new CA re-issues every leaf.
+    Idempotent: existing files are kept; a new CA re-issues its leaves, and a leaf its CA
+    did not sign (etcd's, from before etcd had its own CA) is re-issued. Modes are
+    enforced on every run: the directory 0700, every file 0600.
     """
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     directory.chmod(0o700)
     pki = Pki(directory)
-    fresh_ca = not (pki.ca.cert.exists() and pki.ca.key.exists())
-    if fresh_ca:
-        key, cert = self_signed_ca("decice-sim-ca", 10 * _VALID)
-        _write_key(pki.ca.key, key)
-        pki.ca.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    ca_key = serialization.load_pem_private_key(pki.ca.key.read_bytes(), None)
-    ca_cert = x509.load_pem_x509_certificate(pki.ca.cert.read_bytes())
-    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-        raise ValueError(f"{pki.ca.key}: expected an EC key; remove {directory} to regenerate")
+    cas = {
+        pki.ca: _ensure_ca(pki.ca, "decice-sim-ca"),
+        pki.etcd_ca: _ensure_ca(pki.etcd_ca, "decice-sim-etcd-ca"),
+    }
     for leaf, spec in LEAVES.items():
+        ca = pki.etcd_ca if leaf in ETCD_LEAVES else pki.ca
+        ca_key, ca_cert = cas[ca]
         pair = pki.pair(leaf)
-        if fresh_ca or not (pair.cert.exists() and pair.key.exists()):
+        if not _signed_by(pair, ca_cert):
             _issue(pair, ca_cert, ca_key, *spec)
     if not (pki.sa_key.exists() and pki.sa_pub.exists()):
         sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         _write_key(pki.sa_key, sa)
-        pki.sa_pub.write_bytes(
+        _write_private(
+            pki.sa_pub,
             sa.public_key().public_bytes(
                 serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-            )
+            ),
         )
+    for path in directory.iterdir():
+        if path.is_file() and not path.is_symlink():
+            path.chmod(0o600)
     return pki
+
+
+def _ensure_ca(pair: Pair, common_name: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """The CA of ``pair``, created when either file is missing."""
+    if not (pair.cert.exists() and pair.key.exists()):
+        key, cert = self_signed_ca(common_name, 10 * _VALID)
+        _write_key(pair.key, key)
+        _write_private(pair.cert, cert.public_bytes(serialization.Encoding.PEM))
+        return key, cert
+    loaded = serialization.load_pem_private_key(pair.key.read_bytes(), None)
+    if not isinstance(loaded, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{pair.key}: expected an EC key; remove {pair.key.parent} to regenerate")
+    return loaded, x509.load_pem_x509_certificate(pair.cert.read_bytes())
+
+
+def _signed_by(pair: Pair, ca_cert: x509.Certificate) -> bool:
+    """True when the leaf exists and ``ca_cert`` signed it (its key is there too)."""
+    if not (pair.cert.exists() and pair.key.exists()):
+        return False
+    try:
+        cert = x509.load_pem_x509_certificate(pair.cert.read_bytes())
+        cert.verify_directly_issued_by(ca_cert)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
 
 
 def _issue(
@@ -180,16 +230,45 @@ def _issue(
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     cert = builder.sign(ca_key, hashes.SHA256())
     _write_key(pair.key, key)
-    pair.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_private(pair.cert, cert.public_bytes(serialization.Encoding.PEM))
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:
     data = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
+    _write_private(path, data)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data``: a new 0600 temp file in its directory, fsynced and
+    renamed over it (a symlink at ``path`` is replaced, never written through)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def copy_private(source: Path, dest: Path) -> None:
+    """Copy ``source`` to ``dest`` (mode 0600) without following a symlink at either end:
+    a symlink at ``source`` is refused, one at ``dest`` is replaced by the copy."""
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputError(
+                f"{source} is a symlink, not the file decice wrote; remove it and run again"
+            ) from exc
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read()
+    _write_private(dest, data)
 
 
 def write_kubeconfig(path: Path, server: str, pki: Pki, leaf: str, user: str) -> Path:
@@ -220,9 +299,5 @@ def write_kubeconfig(path: Path, server: str, pki: Pki, leaf: str, user: str) ->
         "contexts": [{"name": "decice-sim", "context": {"cluster": "decice-sim", "user": user}}],
         "current-context": "decice-sim",
     }
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        yaml.safe_dump(config, fh, sort_keys=False)
-    tmp.replace(path)
+    _write_private(path, yaml.safe_dump(config, sort_keys=False).encode())
     return path

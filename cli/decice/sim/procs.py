@@ -3,10 +3,14 @@
 :class:`ManagedProcess` builds on :func:`spawn`, :func:`is_alive` and :func:`terminate`:
 one long-running process of ours per directory, recorded in ``process.json`` with the
 sha256 of the settings it was started with (same settings: kept; others: restarted).
+
+Files stay private: logs 0600 in 0700 directories (a symlink where a log goes is
+refused), and children run with umask 077, so what they create is private too.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -19,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, BinaryIO, Generic, TypeVar
 
 from decice.errors import RunFailedError
 
@@ -67,9 +71,10 @@ def spawn(
     cwd: Path,
     env: Mapping[str, str] | None = None,
 ) -> ProcessRecord:
-    """Start ``argv`` in its own session, output appended to ``log_path``; return its record."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as fh:
+    """Start ``argv`` in its own session (umask 077), output appended to ``log_path`` (0600);
+    return its record."""
+    private_dir(log_path.parent)
+    with _open_log(log_path) as fh:
         fh.write(f"\n=== {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n".encode())
         fh.flush()
         proc = subprocess.Popen(
@@ -81,6 +86,7 @@ def spawn(
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
+            umask=0o077,
         )
     _CHILDREN[proc.pid] = proc
     ticks = _start_ticks(proc.pid)
@@ -89,6 +95,35 @@ def spawn(
     exe = str(Path(argv[0]).resolve())
     log.info("started %s pid %d", name, proc.pid)
     return ProcessRecord(name, proc.pid, exe, ticks, str(log_path))
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` and its missing parents with mode 0700 (``mkdir(parents=True)``
+    gives parents the default mode); an existing ``path`` is set to 0700."""
+    missing = []
+    for part in [path, *path.parents]:
+        if part.exists():
+            break
+        missing.append(part)
+    for part in reversed(missing):
+        part.mkdir(mode=0o700, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
+def _open_log(path: Path) -> BinaryIO:
+    """``path`` opened for appending, mode 0600 (also an older log); never a symlink."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise RunFailedError(
+                f"{path} is a symlink, not a log decice wrote; remove it and run again"
+            ) from exc
+        raise
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "ab")
 
 
 def is_alive(rec: ProcessRecord) -> bool:
@@ -132,11 +167,14 @@ def tail(path: Path | str, lines: int = 40) -> str:
 
 
 def write_private(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically (a 0600 temp file renamed over it)."""
+    """Replace ``path`` with ``text`` atomically (a 0600 temp file, fsynced, renamed over
+    it: a symlink at ``path`` is replaced, never written through)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
         Path(tmp).replace(path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -228,7 +266,7 @@ class ManagedProcess(Generic[T]):
         A start that is not ready is tried again (up to ``attempts``) only when the end
         of its log mentions ``retry_when``; ``launch`` runs once per start.
         """
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(self.directory)
         digest = settings_digest(settings)
         current = self.load()
         if current is not None:

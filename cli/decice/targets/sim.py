@@ -66,6 +66,7 @@ def _node_total(ctx: PhaseContext) -> int:
 
 def up_kubernetes(ctx: PhaseContext) -> str:
     from decice.sim import nodes_service as agent_service
+    from decice.sim.pki import copy_private
 
     ctx.progress("resolving control-plane binaries (a first build takes minutes)")
     plane = _control_plane(ctx.state_dir, ctx.loaded.spec.sim.bin_dir, act=True)
@@ -73,8 +74,7 @@ def up_kubernetes(ctx: PhaseContext) -> str:
     ctx.record.versions["sim-control-plane"] = f"{api.version} ({api.source})"
     ctx.progress("starting etcd, kube-apiserver, controller-manager, kube-scheduler")
     info = plane.start()
-    shutil.copyfile(info.kubeconfig, ctx.kubeconfig)
-    ctx.kubeconfig.chmod(0o600)
+    copy_private(info.kubeconfig, ctx.kubeconfig)  # 0600; a symlink there is replaced
     nodes = _node_total(ctx)
     ctx.progress(f"registering {nodes} simulated nodes and starting the node agent")
     agent_service.ensure(ctx.state_dir, ctx.kubeconfig, ctx.loaded.spec.sim)
