@@ -146,6 +146,34 @@ def test_addons_without_mirror_fails_naming_the_variable(tmp_path: Path):
     assert not (ephemeral / "decice.yaml").exists()
 
 
+def test_addons_destroy_after_a_create_that_stopped_half_way(tmp_path: Path):
+    """create wrote the spec, then `decice up` refused (a binaries directory that is not
+    one): destroy skips the add-ons (no baseline: nothing was installed), runs `decice
+    reset` on the spec, and succeeds."""
+    require(_molecule() is not None, "molecule is not installed (pip install -e .[test])")
+    require((MIRROR / "charts" / "SHA256SUMS").is_file(), f"the add-on mirror {MIRROR}")
+    ephemeral = tmp_path / "ephemeral"
+    env = _base_env() | {
+        "DECICE_MIRROR": str(MIRROR),
+        "MOLECULE_EPHEMERAL_DIRECTORY": str(ephemeral),
+    }
+    broken = env | {"DECICE_K8S_BIN_DIR": str(tmp_path / "no-such-dir")}
+    code, out, _ = _run(["create", "-s", "addons"], broken, base=False)
+    assert code != 0
+    assert "DECICE_K8S_BIN_DIR" in _flat(out), out[-3000:]
+    assert (ephemeral / "decice.yaml").is_file(), "create stopped before writing the spec"
+    assert not (ephemeral / "decice-vars.json").exists()
+
+    code, out, _ = _run(["destroy", "-s", "addons"], env, base=False)
+
+    assert code == 0, out[-3000:]
+    assert "addons ➜ destroy: Executed: Successful" in out
+    flat = _flat(out)
+    assert "Stop the control plane and remove its data (decice reset)" in flat
+    assert "Remove Volcano in the safe order" not in flat, "uninstalled with nothing there"
+    assert not leftover_processes(ephemeral)
+
+
 def _label_namespace(kubeconfig: Path, name: str, manager: str) -> None:
     from kubernetes import client, config
 
