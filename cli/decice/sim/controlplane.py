@@ -564,15 +564,22 @@ def _check(name: str, pki: Pki, ports: Mapping[str, int]) -> bool:
     return _loopback_healthz(ports[key])
 
 
-def _client_context(pki: Pki, leaf: str) -> ssl.SSLContext:
-    ca = pki.etcd_ca if leaf in ETCD_LEAVES else pki.ca
-    ctx = ssl.create_default_context(cafile=str(ca.cert))
+def _client_context(pki: Pki, leaf: str) -> ssl.SSLContext | None:
+    """TLS client context with ``leaf``'s certificate (None when its files are missing).
+    A control plane an older version started has no etcd CA: the cluster CA signed all."""
+    ca = pki.etcd_ca if leaf in ETCD_LEAVES and pki.etcd_ca.cert.exists() else pki.ca
     pair = pki.pair(leaf)
-    ctx.load_cert_chain(str(pair.cert), str(pair.key))
+    try:
+        ctx = ssl.create_default_context(cafile=str(ca.cert))
+        ctx.load_cert_chain(str(pair.cert), str(pair.key))
+    except (OSError, ssl.SSLError):
+        return None
     return ctx
 
 
-def _get(url: str, ctx: ssl.SSLContext) -> tuple[int, bytes]:
+def _get(url: str, ctx: ssl.SSLContext | None) -> tuple[int, bytes]:
+    if ctx is None:
+        return 0, b""
     try:
         with urllib.request.urlopen(url, timeout=2.0, context=ctx) as resp:
             return resp.status, resp.read()
