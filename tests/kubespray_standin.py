@@ -1,11 +1,23 @@
-"""The Kubespray stand-in checkout (tests/data/kubespray-standin) and tag archives of it."""
+"""The Kubespray stand-in checkout (tests/data/kubespray-standin) and tag archives of it.
+
+The stand-in's tree is not the real v2.29.1 tree, so its tree sha256 differs from the one
+versions.yml pins. :func:`pinned_to_standin` makes the pin the stand-in's own digest the
+way the real flow carries it (``decice_versions.kubespray.tree_sha256`` as read by
+``source.pin()``), so the real verification runs against the stand-in.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
+
+from decice import versions
+from decice.kubespray import tree
 
 STANDIN = Path(__file__).resolve().parent / "data" / "kubespray-standin"
 COMMIT = "0c6a29553f90c55cba5e0e359470321dc7cf7d29"
@@ -23,3 +35,16 @@ def make_archive(path: Path, *, commit: str | None = COMMIT, extra: bytes | None
             info.size = len(extra)
             tar.addfile(info, io.BytesIO(extra))
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def tree_digest() -> str:
+    """The stand-in's tree sha256 (what an archive of it extracts to)."""
+    return tree.digest(STANDIN)
+
+
+@contextlib.contextmanager
+def pinned_to_standin() -> Iterator[str]:
+    """versions.yml's kubespray entry pins the stand-in's tree sha256 while inside."""
+    digest = tree_digest()
+    with mock.patch.dict(versions.pinned()["kubespray"], {"tree_sha256": digest}):
+        yield digest

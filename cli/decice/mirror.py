@@ -64,6 +64,7 @@ class Mirror:
 
     kind: Literal["path", "url"]
     root: str
+    allow_insecure_http: bool = False  # mirror.allow_insecure_http (kubespray/source.py)
 
     @property
     def is_local(self) -> bool:
@@ -103,6 +104,8 @@ class Mirror:
                 return None
             raise MirrorError(f"{self.location(*parts)}: HTTP {exc.code}") from None
         except (urllib.error.URLError, OSError) as exc:
+            if isinstance(getattr(exc, "reason", None), FileNotFoundError):
+                return None  # a file:// mirror without that file
             raise MirrorError(f"{self.location(*parts)}: {exc}") from None
 
     def fetch(self, parts: tuple[str, ...], dest: Path) -> str:
@@ -172,7 +175,7 @@ def from_spec(spec: MirrorSpec | None, base: Path) -> Mirror | None:
             f"mirror.url: {url!r} is not an http(s) or file URL\n"
             "    fix: write it as https://host/path (or use mirror.path for a directory)"
         )
-    return Mirror("url", url)
+    return Mirror("url", url, allow_insecure_http=spec.allow_insecure_http)
 
 
 def parse_sha256sums(text: str, where: str = SUMS_FILE) -> dict[str, str]:

@@ -178,11 +178,16 @@ class MirrorSpec(_Model):
 
     url: str | None = None
     path: str | None = None
+    # Fetch the Kubespray source from an http:// mirror.url (refused otherwise; the tree is
+    # still checked against the pinned digest, and the run record carries a warning).
+    allow_insecure_http: bool = False
 
     @model_validator(mode="after")
     def _one(self) -> MirrorSpec:
         if (self.url is None) == (self.path is None):
             raise ValueError("give exactly one of mirror.url or mirror.path")
+        if self.allow_insecure_http and self.url is None:
+            raise ValueError("mirror.allow_insecure_http applies to mirror.url only")
         return self
 
 

@@ -1,9 +1,15 @@
 """The pinned Kubespray source: from a checkout, a mirror or the upstream tag archive.
 
+Every source is checked against the tree sha256 pinned in versions.yml
+(``decice_versions.kubespray.tree_sha256``, see tree.py) before anything runs from it:
+a fetched archive after a checked extraction and before it is renamed into place, the
+cache on every use, a checkout you give every time. ``http://`` mirrors are refused
+unless ``mirror.allow_insecure_http: true``.
+
 Cache layout (``cache_dir()/kubespray/<tag>/``)::
 
     src/            the extracted checkout (renamed into place whole: never half there)
-    source.json     where it came from, its sha256 and whether that was verified
+    source.json     where it came from, its digests and what was verified
     venv/           Kubespray's own Python env (see venv.py)
 """
 
@@ -15,7 +21,7 @@ import json
 import os
 import re
 import shutil
-import tarfile
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,6 +32,7 @@ import yaml
 from decice import mirror as mirrors
 from decice import paths, versions
 from decice.errors import InputError, RunFailedError
+from decice.kubespray import tree
 
 ENV_DIR = "DECICE_KUBESPRAY_DIR"
 REQUIRED_FILES = ("cluster.yml", "reset.yml", "ansible.cfg", "requirements.txt")
@@ -33,10 +40,16 @@ _TAG = re.compile(r"^v?[0-9]+\.[0-9]+\.[0-9]+([-.][0-9A-Za-z.]+)?$")
 # Where Kubespray keeps its ansible-core window (playbooks/ since v2.23, the top level before).
 VERSION_PLAYBOOKS = ("playbooks/ansible_version.yml", "ansible_version.yml")
 CHECKSUMS_FILE = "roles/kubespray_defaults/vars/main/checksums.yml"
+PIN_FIELD = "decice_versions.kubespray.tree_sha256"
+DIGEST_SCRIPT = "scripts/kubespray_tree_digest.py"
 
 
 class SourceError(RunFailedError):
     """The Kubespray source could not be obtained or failed verification."""
+
+
+class CheckoutMismatchError(InputError):
+    """A checkout given with $DECICE_KUBESPRAY_DIR is not the pinned tree (exit 2)."""
 
 
 @dataclass(frozen=True)
@@ -45,8 +58,9 @@ class Pin:
 
     tag: str
     url: str
-    sha256: str | None
+    sha256: str | None  # of the archive file (GitHub publishes none)
     commit: str | None
+    tree_sha256: str | None = None  # of the extracted tree (tree.py): the pin that matters
 
 
 @dataclass(frozen=True)
@@ -59,6 +73,7 @@ class Source:
     location: str  # the directory, file or URL it came from
     sha256: str | None  # of the archive
     verified: str  # how it was verified, or why it was not
+    tree_sha256: str | None = None  # of the tree, as computed when it was placed
 
     def describe(self) -> str:
         return f"kubespray {self.tag} from {self.origin} {self.location}: {self.verified}"
@@ -75,10 +90,15 @@ def pin(tag: str | None = None) -> Pin:
         raise InputError(f"kubernetes.kubespray_tag: {tag!r} is not a release tag like v2.29.1")
     url = str(entry["url"]).replace(pinned_tag, wanted)
     if wanted == pinned_tag:
-        sha = entry.get("sha256")
-        commit = entry.get("commit")
-        return Pin(wanted, url, str(sha) if sha else None, str(commit) if commit else None)
-    return Pin(wanted, url, None, None)
+        sha, commit, tree_sha = entry.get("sha256"), entry.get("commit"), entry.get("tree_sha256")
+        return Pin(
+            wanted,
+            url,
+            str(sha).lower() if sha else None,
+            str(commit) if commit else None,
+            str(tree_sha).lower() if tree_sha else None,
+        )
+    return Pin(wanted, url, None, None, None)
 
 
 def tag_dir(tag: str) -> Path:
@@ -125,12 +145,27 @@ def cached(tag: str) -> Source | None:
         return None
 
 
+def check_transport(mirror: mirrors.Mirror | None) -> None:
+    """Refuse a plain-http mirror for the Kubespray source unless the spec allows it."""
+    if mirror is None or mirror.kind != "url" or mirror.allow_insecure_http:
+        return
+    if urllib.parse.urlsplit(mirror.root).scheme.lower() == "http":
+        raise InputError(
+            f"mirror.url: {mirror.root} is plain http: whoever can change that traffic "
+            "changes the Kubespray code decice runs as root on every node\n"
+            "    fix: serve the mirror over https://, use mirror.path (a directory) or a "
+            "file:// URL, or set mirror.allow_insecure_http: true (the source is still "
+            f"checked against {PIN_FIELD}; the run record carries a warning)"
+        )
+
+
 def plan_source(
     pinned: Pin, mirror: mirrors.Mirror | None, explicit: Path | None
 ) -> dict[str, str]:
     """Where the source would come from, without fetching anything (for `decice plan`)."""
     if explicit is not None:
         return {"origin": "checkout", "location": str(explicit)}
+    check_transport(mirror)
     hit = cached(pinned.tag)
     if hit is not None:
         return {"origin": f"cache ({hit.origin})", "location": str(hit.path)}
@@ -145,24 +180,57 @@ def plan_source(
 def ensure(pinned: Pin, mirror: mirrors.Mirror | None, explicit: Path | None = None) -> Source:
     """A verified checkout of ``pinned.tag``: the explicit one, the cached one, or fetched."""
     if explicit is not None:
-        return Source(
-            pinned.tag,
-            explicit,
-            "checkout",
-            str(explicit),
-            None,
-            "not verified (a checkout you gave)",
-        )
+        return _checkout(pinned, explicit)
+    check_transport(mirror)
     hit = cached(pinned.tag)
     if hit is not None:
-        return hit
+        return _reverified(pinned, hit)
     root = tag_dir(pinned.tag)
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     with _locked(root / ".lock"):
         hit = cached(pinned.tag)
         if hit is not None:
-            return hit
+            return _reverified(pinned, hit)
         return _fetch(pinned, mirror, root)
+
+
+def _checkout(pinned: Pin, path: Path) -> Source:
+    """A checkout you gave: its tree must be the pinned one (a top-level .git is ignored)."""
+    try:
+        actual = tree.digest(path)
+    except tree.TreeError as exc:
+        raise CheckoutMismatchError(f"{ENV_DIR}: {exc}") from None
+    if pinned.tree_sha256 is None:
+        verified = f"not verified (a checkout you gave; no tree sha256 pinned for {pinned.tag})"
+    elif actual != pinned.tree_sha256:
+        raise CheckoutMismatchError(
+            f"{ENV_DIR}: {path}: tree sha256 {actual} is not the pinned {pinned.tree_sha256} "
+            f"({PIN_FIELD}, Kubespray {pinned.tag})\n"
+            f"    fix: check out commit {pinned.commit or pinned.tag} with nothing else in the "
+            "directory (`git status --ignored` lists what differs; untracked files such as "
+            f"an inventory count), or unset {ENV_DIR} to use the mirror or upstream archive"
+        )
+    else:
+        verified = "tree sha256 verified (versions.yml)"
+    return Source(pinned.tag, path, "checkout", str(path), None, verified, actual)
+
+
+def _reverified(pinned: Pin, hit: Source) -> Source:
+    """The cached tree, checked again: nothing runs from a cache that changed."""
+    if pinned.tree_sha256 is None:
+        return hit
+    try:
+        actual = tree.digest(hit.path)
+    except tree.TreeError as exc:
+        actual = f"unreadable ({exc})"
+    if actual != pinned.tree_sha256:
+        raise SourceError(
+            f"{hit.path}: cached Kubespray {pinned.tag} has tree sha256 {actual}, not the "
+            f"pinned {pinned.tree_sha256} ({PIN_FIELD})\n"
+            f"    fix: it was changed after it was verified (or made without the pin); "
+            f"remove {hit.path.parent} and run again to fetch and verify it anew"
+        )
+    return hit
 
 
 def _expected(pinned: Pin, mirror: mirrors.Mirror | None) -> tuple[str | None, str]:
@@ -189,12 +257,13 @@ def _fetch(pinned: Pin, mirror: mirrors.Mirror | None, root: Path) -> Source:
     else:
         location, origin = pinned.url, "upstream"
     expected, sum_source = _expected(pinned, mirror)
-    if expected is None and not (mirror is not None and mirror.is_local):
+    local = mirror is not None and mirror.is_local
+    if pinned.tree_sha256 is None and expected is None and not local:
         raise SourceError(
-            f"kubespray {pinned.tag}: no known sha256 for {location}\n"
-            f"    fix: list it in the mirror's kubespray/{mirrors.SUMS_FILE}, record a checked "
-            f"sha256 as decice_versions.kubespray.sha256, use mirror.path (a local mirror you "
-            f"trust) or give a checkout with ${ENV_DIR}"
+            f"kubespray {pinned.tag}: no pinned tree sha256 and no known sha256 for {location}\n"
+            f"    fix: use the pinned tag, list the archive in the mirror's kubespray/"
+            f"{mirrors.SUMS_FILE}, use mirror.path (a local mirror you trust) or give a "
+            f"checkout with ${ENV_DIR}"
         )
     archive = root / f".{name}.{os.getpid()}"
     try:
@@ -204,17 +273,19 @@ def _fetch(pinned: Pin, mirror: mirrors.Mirror | None, root: Path) -> Source:
                 f"{location}: sha256 {got} does not match {expected} ({sum_source})\n"
                 "    fix: the archive was changed or damaged; fetch it again from upstream"
             )
-        verified = (
-            f"sha256 verified ({sum_source})"
-            if expected is not None
-            else "sha256 not verified (a local mirror path you gave)"
-        )
-        commit = _extract(archive, root / "src", pinned.commit)
-        if commit:
-            verified += f"; commit {commit}"
+        checks = [_archive_note(expected, sum_source, local)]
+        actual, commit = _extract(archive, root / "src", pinned, location)
     finally:
         archive.unlink(missing_ok=True)
-    source = Source(pinned.tag, root / "src", origin, location, got, verified)
+    if pinned.tree_sha256 is not None:
+        checks.insert(0, "tree sha256 verified (versions.yml)")
+    else:
+        checks.insert(0, f"tree sha256 not pinned for {pinned.tag}")
+    if commit:
+        checks.append(f"commit {commit}")
+    if urllib.parse.urlsplit(location).scheme.lower() == "http":
+        checks.append("WARNING: fetched over plain http (mirror.allow_insecure_http: true)")
+    source = Source(pinned.tag, root / "src", origin, location, got, "; ".join(checks), actual)
     meta = {**asdict(source), "path": str(source.path)}
     tmp = root / f".source.json.{os.getpid()}"
     tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
@@ -222,35 +293,47 @@ def _fetch(pinned: Pin, mirror: mirrors.Mirror | None, root: Path) -> Source:
     return source
 
 
-def _extract(archive: Path, dest: Path, commit: str | None) -> str | None:
-    """Extract a tag archive into ``dest`` atomically; return the commit it names (if any).
+def _archive_note(expected: str | None, sum_source: str, local: bool) -> str:
+    if expected is not None:
+        return f"archive sha256 verified ({sum_source})"
+    if local:
+        return "archive sha256 not listed (a local mirror path you gave)"
+    return "archive sha256 not listed"
 
-    GitHub tag archives are made by ``git archive``: one top directory and the commit
-    id in the pax global header. A pinned commit that differs is refused.
+
+def _extract(archive: Path, dest: Path, pinned: Pin, location: str) -> tuple[str, str | None]:
+    """Extract a tag archive into ``dest`` atomically once its tree is the pinned one.
+
+    Returns (tree sha256, the commit the pax header names). GitHub tag archives are made
+    by ``git archive``: one top directory and the commit id in the pax global header; a
+    pinned commit that differs is refused. Nothing is placed unless every check passed.
     """
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(mode=0o700)
     try:
         try:
-            with tarfile.open(archive, "r:*") as tar:
-                found = tar.pax_headers.get("comment")
-                if commit and found and found != commit:
-                    raise SourceError(
-                        f"{archive.name}: archive of commit {found}, but decice pins {commit}\n"
-                        "    fix: the tag was moved or the mirror holds another archive"
-                    )
-                tar.extractall(tmp, filter="data")
-        except (tarfile.TarError, OSError) as exc:
-            raise SourceError(f"{archive.name}: not a readable tar archive: {exc}") from None
-        entries = list(tmp.iterdir())
-        top = entries[0] if len(entries) == 1 and entries[0].is_dir() else tmp
-        check_checkout(top, "kubespray archive")
-        if top is not tmp:
-            top.rename(dest)
-        else:
-            tmp.rename(dest)
-        return found
+            unpacked = tree.unpack(archive, tmp, label=location)
+            actual = tree.digest(unpacked.top)
+        except tree.TreeError as exc:
+            raise SourceError(str(exc)) from None
+        found = unpacked.commit
+        if pinned.commit and found and found != pinned.commit:
+            raise SourceError(
+                f"{location}: archive of commit {found}, but decice pins {pinned.commit}\n"
+                "    fix: the tag was moved or the mirror holds another archive"
+            )
+        if pinned.tree_sha256 is not None and actual != pinned.tree_sha256:
+            raise SourceError(
+                f"{location}: tree sha256 {actual} is not the pinned {pinned.tree_sha256} "
+                f"({PIN_FIELD}, Kubespray {pinned.tag})\n"
+                f"    fix: the archive is not Kubespray {pinned.tag} as pinned, or was changed; "
+                "put the upstream tag archive (or `git archive` of commit "
+                f"{pinned.commit or pinned.tag}) there, and check it with {DIGEST_SCRIPT}"
+            )
+        check_checkout(unpacked.top, "kubespray archive")
+        unpacked.top.rename(dest)
+        return actual, found
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
