@@ -195,6 +195,22 @@ def test_aliases_and_merges_within_the_bound_are_expanded(tmp_path: Path) -> Non
     assert result.returncode == 0, result.stderr
 
 
+def test_nesting_limit_is_exact() -> None:
+    def nested(levels: int) -> str:
+        return "[" * levels + "]" * levels
+
+    assert yamlpos.load(nested(yamlpos.MAX_DEPTH)).data is not None
+    with pytest.raises(yamlpos.YamlSyntaxError, match="nested more than"):
+        yamlpos.load(nested(yamlpos.MAX_DEPTH + 1))
+
+
+def test_core_tags_are_read_as_plain_data() -> None:
+    text = 'a: !!str 123\nb: !!int "5"\nc: !!float 1\nd: !!bool "true"\ne: !!null ""\n'
+    text += "f: !!map {x: !!seq [1]}\n"
+    doc = yamlpos.load(text)
+    assert doc.data == {"a": "123", "b": 5, "c": 1.0, "d": True, "e": None, "f": {"x": [1]}}
+
+
 def test_30k_host_spec_loads_in_sanity_time(tmp_path: Path) -> None:
     spec = _write(tmp_path / "big.yaml", _static_hosts(30000, "worker"))
     start = _child_cpu_seconds()
