@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import secrets
+import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,7 +23,8 @@ from decice.runner import (
     run_playbook,
 )
 from decice.tracking import PhaseTracker, conclude
-from tests.support import run_record
+from tests import procwatch
+from tests.support import run_record, wait_for
 
 pytestmark = pytest.mark.unit
 
@@ -204,3 +210,129 @@ def test_segments_group_ansible_phases_and_isolate_python_ones() -> None:
     ]
     assert segments(["kubernetes"], py) == [["kubernetes"]]
     assert segments(["addons", "scheduler"], {}) == [["addons", "scheduler"]]
+
+
+# ---------------------------------------------------------------- secrets and cancelling
+
+SECRETS_PLAYBOOK = """\
+- name: "alpha: what the play receives"
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Gather the environment as facts
+      ansible.builtin.setup:
+        gather_subset: ["!all", "!min", "env"]
+    - name: Write the extra variables the play got
+      ansible.builtin.copy:
+        content: "{{ secret }}|{{ payload }}"
+        dest: "{{ out_dir }}/seen"
+        mode: "0600"
+"""
+
+
+def test_extravars_travel_in_a_file_and_artifacts_hold_no_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token, env_token = f"tok{secrets.token_hex(8)}", f"env{secrets.token_hex(8)}"
+    monkeypatch.setenv("DECICE_TEST_TOKEN", env_token)
+    payload = "{{ lookup('pipe', 'touch " + str(tmp_path / "templated") + "') }}"
+    (tmp_path / "play.yml").write_text(SECRETS_PLAYBOOK)
+    (tmp_path / "inv.yml").write_text(INVENTORY)
+    pdd = tmp_path / "pdd"
+    run = PlaybookRun(
+        tmp_path / "play.yml",
+        tmp_path / "inv.yml",
+        pdd,
+        extravars={"out_dir": str(tmp_path), "secret": token, "payload": payload},
+        ident="alpha",
+    )
+    events = list(run_playbook(run))
+    assert isinstance(events[-1], RunFinished) and events[-1].status == "successful", events
+    # the play got the values; what a user wrote is never templated (!unsafe)
+    assert (tmp_path / "seen").read_text() == f"{token}|{payload}"
+    assert not (tmp_path / "templated").exists()
+    # the command line names the file, which is gone after the run
+    command = json.loads((pdd / "artifacts" / "alpha" / "command").read_text())
+    at = command["command"].index("-e")
+    assert command["command"][at + 1] == f"@{pdd}/env/extravars"
+    assert not (pdd / "env" / "extravars").exists()
+    # the command artifact keeps only what decice and ansible-runner set
+    assert command["env"]["ANSIBLE_PIPELINING"] == "True"
+    assert "DECICE_TEST_TOKEN" not in command["env"] and "HOME" not in command["env"]
+    # no artifact holds the token or the environment (facts are not stored)
+    leaks = [
+        path
+        for path in pdd.rglob("*")
+        if path.is_file()
+        and (token.encode() in (data := path.read_bytes()) or env_token.encode() in data)
+    ]
+    assert leaks == []
+    assert not list(pdd.rglob("fact_cache"))
+
+
+SLEEP_PLAYBOOK = """\
+- name: "alpha: a long task"
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Sleep
+      ansible.builtin.command: sleep {seconds}
+      changed_when: false
+"""
+
+
+def _sleeping_run(tmp_path: Path) -> tuple[PlaybookRun, str]:
+    seconds = f"{900 + secrets.randbelow(99)}.{secrets.randbelow(999)}"
+    (tmp_path / "play.yml").write_text(SLEEP_PLAYBOOK.format(seconds=seconds))
+    (tmp_path / "inv.yml").write_text(INVENTORY)
+    run = PlaybookRun(
+        tmp_path / "play.yml", tmp_path / "inv.yml", tmp_path / "pdd", extravars={"a": "b"}
+    )
+    return run, f"sleep {seconds}"
+
+
+def _running(marker: str) -> list[str]:
+    return [s.cmdline for s in procwatch.snapshot().values() if s.cmdline == marker]
+
+
+def test_cancel_kills_ansible_playbook_and_every_descendant(tmp_path: Path) -> None:
+    run, marker = _sleeping_run(tmp_path)
+    cancel = threading.Event()
+    events = []
+    for event in run_playbook(run, cancel):
+        events.append(event)
+        if isinstance(event, TaskStarted):
+            wait_for("the task's process", lambda: _running(marker), timeout=60)
+            cancel.set()
+    finished = events[-1]
+    assert isinstance(finished, RunFinished) and finished.status == "canceled"
+    assert _running(marker) == []  # ansible's worker left the process group: killed too
+    assert not (tmp_path / "pdd" / "env" / "extravars").exists()
+
+
+def test_closing_the_run_early_stops_it_and_installs_no_signal_handler(tmp_path: Path) -> None:
+    run, marker = _sleeping_run(tmp_path)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    with contextlib.closing(run_playbook(run)) as events:
+        for event in events:
+            if isinstance(event, TaskStarted):
+                wait_for("the task's process", lambda: _running(marker), timeout=60)
+                break
+    assert _running(marker) == []
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+def test_the_plays_get_only_the_spec_sections_they_read(tmp_path: Path) -> None:
+    from decice import lifecycle, spec, targets
+
+    text = (
+        "name: v\ntarget: sim\nallocation:\n  vars: {token: abc}\n"
+        "addons:\n  volcano: {values: {a: 1}}\nscheduler: {qps: 7}\n"
+    )
+    (tmp_path / "decice.yaml").write_text(text)
+    loaded = spec.load(tmp_path / "decice.yaml")
+    extravars = lifecycle.play_vars(loaded, targets.get("sim"))
+    assert set(extravars["decice_spec"]) == {"target", "addons", "scheduler"}
+    assert extravars["decice_spec"]["addons"]["volcano"]["values"] == {"a": 1}
+    assert extravars["decice_spec"]["scheduler"]["qps"] == 7
+    assert "abc" not in json.dumps(extravars)
