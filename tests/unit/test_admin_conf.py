@@ -37,6 +37,7 @@ def _prepared(ctx: PhaseContext) -> Any:
 
 def _fake_deploy(prepared: Any, kubeconfig: Path, **_kw: Any) -> Any:
     """What Kubespray's client role does: admin.conf in artifacts_dir, mode 0644."""
+    prepared.artifacts_dir.mkdir(parents=True, exist_ok=True)
     admin = prepared.artifacts_dir / "admin.conf"
     admin.write_text("users: [{name: admin, user: {client-key-data: S3CRET}}]\n")
     admin.chmod(0o644)
