@@ -25,7 +25,7 @@ import yaml
 from decice import inventory, spec
 from decice.kubespray import phases, run, source, venv
 from decice.targets import PhaseContext, RunOptions
-from tests.kubespray_standin import COMMIT, STANDIN, make_archive
+from tests.kubespray_standin import COMMIT, STANDIN, make_archive, pinned_to_standin
 from tests.support import run_record
 
 pytestmark = pytest.mark.local
@@ -66,7 +66,8 @@ def cache(workspace) -> Path:
     old = os.environ.get("DECICE_CACHE_DIR")
     os.environ["DECICE_CACHE_DIR"] = str(path)
     os.environ.pop(source.ENV_DIR, None)
-    yield path
+    with pinned_to_standin():  # versions.yml's tree_sha256 is the stand-in's, as in the real flow
+        yield path
     if old is None:
         os.environ.pop("DECICE_CACHE_DIR", None)
     else:
@@ -108,7 +109,8 @@ def test_cluster_and_reset_contract(workspace, cache):
     assert ctx.record.versions == {"kubespray": "v2.29.1", "kubernetes": "1.32.10"}
     assert ctx.record.notes[0] == (
         f"kubespray v2.29.1 from mirror {mirror}/kubespray/kubespray-v2.29.1.tar.gz: "
-        f"sha256 verified (SHA256SUMS of the mirror); commit {COMMIT}"
+        "tree sha256 verified (versions.yml); archive sha256 verified (SHA256SUMS of the "
+        f"mirror); commit {COMMIT}"
     )
     assert ctx.record.notes[1].startswith(f"kubespray env {env}: ansible-core 2.17.")
     assert (checkout / "cluster.yml").read_text() == (STANDIN / "cluster.yml").read_text()
@@ -223,7 +225,7 @@ def test_cluster_and_reset_contract(workspace, cache):
     assert data["clusters"][0]["cluster"]["server"] == "https://192.0.2.10:6443"
     assert data["users"] == admin["users"]
 
-    # --- reset.yml: confirmed on the command line, HPC-safe vars, kubeconfig removed
+    # --- reset.yml: confirmed by an extra-variables file, HPC-safe vars, kubeconfig removed
     reset_ctx = _context(workspace, "r2")
     reset_dir = Path(reset_ctx.record.artifacts)
     assert phases.reset_kubernetes(reset_ctx).startswith("kubespray v2.29.1 reset.yml")
@@ -236,9 +238,10 @@ def test_cluster_and_reset_contract(workspace, cache):
         "-i",
         str(reset_inv),
         "-e",
-        '{"reset_confirmation":"yes"}',
+        f"@{reset_dir}/kubespray/runner/env/extravars",
         f"{checkout}/reset.yml",
     ]
+    assert not (reset_dir / "kubespray" / "runner" / "env" / "extravars").exists()
     seen = json.loads((reset_dir / "kubespray" / "artifacts" / "standin-reset.json").read_text())
     assert seen["reset_confirmation"] == "yes"
     for host in ("cp1", "w1", "w2"):
@@ -265,7 +268,10 @@ def test_env_is_reused_and_ansible_window_enforced(workspace, cache):
         .replace("minimal_ansible_version: 2.17.3", "minimal_ansible_version: 2.16.0")
         .replace("maximal_ansible_version: 2.18.0", "maximal_ansible_version: 2.17.0")
     )
-    src = source.ensure(source.pin(), None, source.explicit_dir(other))
+    # ... after it was refused as a checkout: its tree is not the pinned one
+    with pytest.raises(source.CheckoutMismatchError, match="is not the pinned"):
+        source.ensure(source.pin(), None, source.explicit_dir(other))
+    src = source.Source("v2.29.1", other, "checkout", str(other), None, "not verified (test)")
     shutil.copytree(prepared.env.path, venv.env_dir(src), symlinks=True)
     (venv.env_dir(src) / venv.MARKER).write_text(venv.requirements_key(other) + "\n")
     with pytest.raises(venv.VenvError, match=r"outside 2\.16\.0 <= v < 2\.17\.0"):
