@@ -1,6 +1,7 @@
 """Kubespray: the pinned source, its own Python env, generated inventory/vars, the runs.
 
-source.py   the checkout: explicit dir, cache, mirror or upstream archive (sha256-checked)
+source.py   the checkout: explicit dir, cache, mirror or upstream archive (tree-sha256-pinned)
+tree.py     checked extraction of its archive and the packing-independent tree sha256
 venv.py     Kubespray's own Python env (its requirements pin an older Ansible)
 render.py   decice inventory + spec -> Kubespray inventory and group_vars
 run.py      the exact invocation, running it through ansible-runner, the kubeconfig, plan
