@@ -246,6 +246,9 @@ def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -
                 record.ended = records.now()
                 record.seconds = round(time.monotonic() - started, 3)
                 view.stop()
-                redact.scrub_run_dir(run_dir)
+                try:
+                    redact.scrub_run_dir(run_dir)
+                except OSError as exc:
+                    record.notes.append(f"could not redact {run_dir}: {exc}")
                 store.save(record)
     return record
