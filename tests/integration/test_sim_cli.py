@@ -118,4 +118,5 @@ def test_up_down_reset_leaves_no_process_and_no_data(tmp_path: Path) -> None:
     assert not (tmp_path / ".decice" / "kubeconfig").exists()
     clean = run_decice(tmp_path, "verify", "--json")
     assert clean.returncode == 0, clean.stderr
-    assert json.loads(clean.stdout)["phases"][0]["note"].startswith("clean:")
+    notes = {p["name"]: p["note"] for p in json.loads(clean.stdout)["phases"]}
+    assert notes["verify"].startswith("clean:")
