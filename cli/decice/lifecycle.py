@@ -36,6 +36,9 @@ from decice.tracking import PhaseTracker, conclude
 __all__ = ["PhaseContext", "RunOptions", "execute", "play_vars", "prepare"]
 
 SAVE_EVERY_S = 2.0
+# commands whose phases are independent checks: every selected phase runs and reports,
+# even after one found a difference
+CHECKS_EVERY_PHASE = frozenset({"verify"})
 # the parts of the spec the collection's plays read (see its README): nothing else
 # of the spec (host vars, allocation) reaches them as extra variables
 PLAY_SPEC_FIELDS = frozenset({"target", "addons", "scheduler"})
@@ -64,6 +67,14 @@ def play_vars(loaded: LoadedSpec, target: Target) -> dict[str, Any]:
         "decice_spec": loaded.spec.model_dump(mode="json", include=set(PLAY_SPEC_FIELDS)),
         **target.ansible_vars(loaded),
     }
+
+
+def _groups(command: str, selected: list[str], in_python: Mapping[str, Any]) -> list[list[str]]:
+    """How the phases run: a check runs each phase alone (a failed play would end the
+    playbook before the next phase's play), everything else in :func:`segments`."""
+    if command in CHECKS_EVERY_PHASE:
+        return [[name] for name in selected]
+    return segments(selected, in_python)
 
 
 def segments(selected: list[str], in_python: Mapping[str, Any]) -> list[list[str]]:
@@ -216,7 +227,7 @@ def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -
             inv_path = run_dir / "inventory.yml"
             record.inventory_sha256 = inventory.write(inv, inv_path)
             run = _Run(command, loaded, options, view, store, record, inv_path, inv, target)
-            for names in segments(selected, in_python):
+            for names in _groups(command, selected, in_python):
                 _stop_if_interrupted()
                 segment = names
                 ok = (
@@ -225,7 +236,7 @@ def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -
                     else run.ansible(names)
                 )
                 _stop_if_interrupted()
-                if not ok:
+                if not ok and command not in CHECKS_EVERY_PHASE:
                     break
         except DeciceError as exc:
             record.failures.append(

@@ -360,9 +360,15 @@ def test_cli_up_records_versions_and_sha256_down_reset_verify(tmp_path: Path, mi
             config.new_client_from_config(str(tmp_path / ".decice" / "kubeconfig"))
         )
         rbac.create_cluster_role({"metadata": {"name": "decice-planted"}, "rules": []})
-        dirty = run_decice(tmp_path, "verify", "--only", "cluster", "--json", timeout=600)
+        dirty = run_decice(tmp_path, "verify", "--json", timeout=600)
         assert dirty.returncode == 1, dirty.stderr[-4000:]
-        assert "decice-planted" in json.dumps(json.loads(dirty.stdout)["failures"])
+        result = json.loads(dirty.stdout)
+        assert "decice-planted" in json.dumps(result["failures"])
+        # a failed phase does not hide the next: the sim is still up, so verify fails too
+        assert {p["name"]: p["status"] for p in result["phases"]} == {
+            "cluster": "failed",
+            "verify": "failed",
+        }
         rbac.delete_cluster_role("decice-planted")
         clean = run_decice(tmp_path, "verify", "--only", "cluster", "--json", timeout=600)
         assert clean.returncode == 0, clean.stderr[-4000:]
