@@ -1,6 +1,7 @@
 """decice command line: command definitions only; the work lives in modules below.
 
-Exit codes: 0 ok, 1 a run failed, 2 bad input (nothing touched), 3 another run holds the lock.
+Exit codes: 0 ok, 1 a run failed, 2 bad input (nothing touched), 3 another run holds the lock,
+130 interrupted (SIGINT/SIGTERM).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from typing import Annotated, Any
 import typer
 
 EPILOG = (
-    "Exit codes: 0 ok, 1 a run failed, 2 bad input (nothing touched), 3 another run holds the lock."
+    "Exit codes: 0 ok, 1 a run failed, 2 bad input (nothing touched), "
+    "3 another run holds the lock, 130 interrupted (SIGINT/SIGTERM)."
 )
 
 app = typer.Typer(

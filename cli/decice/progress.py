@@ -21,6 +21,7 @@ STATUS_STYLE = {
     "failed": ("✗", "red"),
     "skipped": ("-", "yellow"),
     "not run": ("-", "dim"),
+    "interrupted": ("■", "magenta"),
 }
 
 

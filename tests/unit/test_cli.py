@@ -28,6 +28,7 @@ def test_help_lists_every_command_and_exit_codes() -> None:
     text = " ".join(result.output.split())
     assert "2 bad input" in text
     assert "3 another run holds the lock" in text
+    assert "130 interrupted" in text
 
 
 def test_help_does_not_import_heavy_modules() -> None:

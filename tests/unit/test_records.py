@@ -112,3 +112,30 @@ def test_running_record_of_dead_pid_reads_as_interrupted(tmp_path: Path) -> None
     assert store.get("last").status == "interrupted"
     raw = json.loads((tmp_path / "runs" / "20260101T000000-cccc" / "record.json").read_text())
     assert raw["status"] == "running"
+
+
+def test_phase_table_marks_every_status_a_run_can_record() -> None:
+    """No status a run records shows as "?" (interrupted was missing once)."""
+    from rich.console import Console
+
+    from decice.progress import phase_table
+    from decice.records import PhaseRecord
+    from tests.support import run_record
+
+    statuses = [
+        "pending",
+        "running",
+        "ok",
+        "incomplete",
+        "failed",
+        "skipped",
+        "not run",
+        "interrupted",
+    ]
+    record = run_record()
+    record.phases = [PhaseRecord(name=f"p{i}", status=s) for i, s in enumerate(statuses)]
+    console = Console(width=120, record=True)
+    console.print(phase_table(record))
+    text = console.export_text()
+    assert "?" not in text
+    assert "■  p7" in text
