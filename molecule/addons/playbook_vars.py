@@ -19,19 +19,14 @@ from typing import Any
 
 from decice import targets
 from decice.errors import DeciceError
+from decice.lifecycle import play_vars
 from decice.spec import load
 
 
 def playbook_vars(spec: Path) -> dict[str, Any]:
-    """The extra variables of a `decice up` run of ``spec`` (see decice.lifecycle)."""
+    """The extra variables of a `decice up` run of ``spec`` (decice.lifecycle.play_vars)."""
     loaded = load(spec)
-    state_dir = loaded.state_dir.resolve()
-    return {
-        "decice_state_dir": str(state_dir),
-        "decice_kubeconfig": str(targets.kubeconfig_path(state_dir)),
-        "decice_spec": loaded.spec.model_dump(mode="json"),
-        **targets.get(loaded.spec.target).ansible_vars(loaded),
-    }
+    return play_vars(loaded, targets.get(loaded.spec.target))
 
 
 def main(argv: list[str]) -> int:

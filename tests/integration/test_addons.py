@@ -252,6 +252,8 @@ def test_volcano_and_trainer_up_idempotent_down_zero_leftovers(env: dict[str, An
     assert "Fail on leftovers" in out  # decice's own scan ran (and found none)
     after = _api_objects(api)
     assert after - before == set(), f"left behind: {sorted(after - before)}"
+    reports = sorted(p.name for p in (env["tmp"] / "state" / "addons").glob("*adapted*"))
+    assert reports == [], f"sim adaptation reports left in the state dir: {reports}"
     rc, out, _ = _play("down", both)
     assert rc == 0, "down twice: " + out[-4000:]
 
