@@ -2,28 +2,60 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import os
+import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from decice.errors import InputError
+from decice.paths import symlink_refusal
+
+
+def _open(path: Path) -> int:
+    """``path`` opened for the lock: created 0600 when missing, never truncated, never
+    through a symlink, never blocking on a special file (both refused: exit 2)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise symlink_refusal(path, "a lock file") from None
+        raise InputError(
+            f"{path}: cannot open the lock file: {exc.strerror}\n"
+            f"    fix: remove {path} (it holds nothing) or repair its permissions"
+        ) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InputError(
+            f"{path}: the lock file is not a regular file\n"
+            f"    fix: remove {path}; the next run recreates it"
+        )
+    return fd
+
 
 @contextmanager
 def exclusive(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created when missing) for the block.
+    """Hold an exclusive ``flock`` on ``path`` (created 0600 when missing) for the block.
 
     With ``on_wait``, it is called once before blocking when another process holds the lock.
+    A symlink at ``path`` is refused (InputError), never followed.
     """
-    with path.open("a") as fh:
+    fd = _open(path)
+    try:
         if on_wait is None:
-            fcntl.flock(fh, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_EX)
         else:
             try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 on_wait()
-                fcntl.flock(fh, fcntl.LOCK_EX)
+                fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

@@ -218,6 +218,7 @@ def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -
             run_dir = store.create(record)
         if lock.took_over:
             record.notes.append(f"took over a stale lock of {lock.took_over.describe()}")
+        record.notes.extend(lock.notes)  # state dir modes set back to 0700
         segment: list[str] = []
         try:
             view.start(record)

@@ -51,14 +51,29 @@ def cache_dir() -> Path:
     return base / "decice"
 
 
+def symlink_refusal(path: Path, what: str) -> InputError:
+    """The exit-2 error for a symlink where decice keeps its state: it never follows one."""
+    try:
+        target = f" (to {path.readlink()})"
+    except OSError:
+        target = ""
+    return InputError(
+        f"{path}: {what} is a symlink{target}; decice never writes through one\n"
+        f"    fix: remove the link {path} and run again (decice creates a real one), "
+        f"or keep the spec in the directory that should hold the state"
+    )
+
+
 def check_state_dir(state_dir: Path) -> None:
-    """Refuse a state dir (``.decice``) that is not a directory or whose lock is not a file.
+    """Refuse a state dir (``.decice``) that is a symlink or not a directory, or whose lock
+    is a symlink or not a file.
 
     Either can only come from a mistake (or a plant); every command that uses the state
-    dir would otherwise fail halfway. Missing is fine: the first run creates it.
+    dir would otherwise fail halfway (or write where the link points). Missing is fine:
+    the first run creates it.
     """
     try:
-        mode = state_dir.stat().st_mode
+        mode = state_dir.lstat().st_mode
     except FileNotFoundError:
         return
     except OSError as exc:
@@ -66,6 +81,8 @@ def check_state_dir(state_dir: Path) -> None:
             f"{state_dir}: cannot use the state directory: {exc.strerror}\n"
             f"    fix: remove {state_dir} (or repair its permissions) and run again"
         ) from None
+    if stat.S_ISLNK(mode):
+        raise symlink_refusal(state_dir, "the state directory")
     if not stat.S_ISDIR(mode):
         raise InputError(
             f"{state_dir}: the state directory is not a directory\n"
@@ -76,6 +93,8 @@ def check_state_dir(state_dir: Path) -> None:
         lock_mode = lock.lstat().st_mode
     except FileNotFoundError:
         return
+    if stat.S_ISLNK(lock_mode):
+        raise symlink_refusal(lock, "the state directory's lock")
     if not stat.S_ISREG(lock_mode):
         kind = "a directory" if stat.S_ISDIR(lock_mode) else "not a regular file"
         raise InputError(

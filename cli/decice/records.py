@@ -1,4 +1,12 @@
-"""The state directory (.decice/): lock, run records, artifacts."""
+"""The state directory (.decice/): lock, run records, artifacts.
+
+The state dir and the directories decice keeps in it are 0700 and never symlinks: every
+lifecycle command takes the lock (:func:`acquire_lock`), which refuses a symlinked state
+dir, lock or subdirectory (exit 2) and sets a looser mode back to 0700 (noted in the run
+record). The lock is opened without following a symlink and never truncated by opening
+it; its holder line is rewritten in place only while the ``flock`` is held. Every record
+is written to a fresh temp file, fsynced, and renamed over the old one.
+"""
 
 from __future__ import annotations
 
@@ -10,16 +18,22 @@ import json
 import os
 import secrets
 import socket
+import stat
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from decice import paths
 from decice.errors import InputError, LockHeldError
 
-LOCK_NAME = "lock"
+LOCK_NAME = paths.STATE_LOCK_NAME
 RUNS_DIR = "runs"
 RECORD_NAME = "record.json"
+# directories decice writes in the state dir: 0700, never a symlink
+PRIVATE_SUBDIRS = (RUNS_DIR, "baseline", "sim", "lab")
+_HOLDER_MAX = 4096
 
 
 def now() -> str:
@@ -28,19 +42,71 @@ def now() -> str:
 
 
 def ensure_dir(path: Path) -> Path:
-    """Create ``path`` (0700) and its parents."""
+    """Create ``path`` (0700) and its parents; ``path`` itself ends up 0700."""
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.is_symlink() and stat.S_IMODE(path.stat().st_mode) != 0o700:
+        path.chmod(0o700)
     return path
 
 
 def write_json(path: Path, data: object, mode: int = 0o600) -> None:
-    """Write JSON atomically with the given mode."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2, sort_keys=False, default=str)
-        handle.write("\n")
-    tmp.replace(path)
+    """Replace ``path`` by ``data`` as JSON: a fresh temp file (``mode``) beside it,
+    fsynced, renamed over it (a symlink at ``path`` is replaced, never written through)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=2, sort_keys=False, default=str)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+# ---------------------------------------------------------------- state dir
+
+
+def _tighten(path: Path, notes: list[str]) -> None:
+    mode = stat.S_IMODE(path.lstat().st_mode)
+    if mode != 0o700:
+        path.chmod(0o700)
+        notes.append(f"{path} was mode {mode:04o}; set to 0700")
+
+
+def secure_state_dir(state_dir: Path) -> list[str]:
+    """Create ``state_dir`` (0700) or make an existing one private again.
+
+    Refuses (InputError, exit 2) what :func:`decice.paths.check_state_dir` refuses (a
+    symlinked state dir or lock...) and a :data:`PRIVATE_SUBDIRS` entry that is a
+    symlink. Returns a note for each directory whose looser mode was set to 0700.
+    """
+    paths.check_state_dir(state_dir)
+    notes: list[str] = []
+    if not state_dir.exists():
+        ensure_dir(state_dir)
+        return notes
+    _tighten(state_dir, notes)
+    for name in PRIVATE_SUBDIRS:
+        sub = state_dir / name
+        if sub.is_symlink():
+            raise paths.symlink_refusal(sub, f"the state directory's {name}/")
+        if sub.is_dir():
+            _tighten(sub, notes)
+    return notes
 
 
 # ---------------------------------------------------------------- lock
@@ -65,14 +131,42 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _read_holder(path: Path) -> LockHolder | None:
+def _parse_holder(raw: bytes) -> LockHolder | None:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(raw.decode("utf-8"))
         return LockHolder(
             int(data["pid"]), str(data["host"]), str(data["since"]), str(data["command"])
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
+
+
+def _read_holder(fd: int) -> LockHolder | None:
+    try:
+        return _parse_holder(os.pread(fd, _HOLDER_MAX, 0))
+    except OSError:
+        return None
+
+
+def _open_lock(path: Path, flags: int) -> int:
+    """The lock file opened with ``flags`` (created 0600 when missing): never through a
+    symlink, never truncated, never blocking on a special file (refused: exit 2)."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise paths.symlink_refusal(path, "the state directory's lock") from None
+        if exc.errno == errno.EISDIR:
+            paths.check_state_dir(path.parent)  # names the directory and the fix
+        raise InputError(
+            f"{path}: cannot open the state directory's lock: {exc.strerror}\n"
+            f"    fix: remove {path} (no decice run can hold it) or repair its permissions"
+        ) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        paths.check_state_dir(path.parent)
+        raise InputError(f"{path}: the state directory's lock is not a regular file")
+    return fd
 
 
 @dataclass
@@ -82,6 +176,7 @@ class Lock:
     path: Path
     holder: LockHolder
     took_over: LockHolder | None = None
+    notes: list[str] = field(default_factory=list)  # state dir modes set back to 0700
     _fd: int = -1
 
     def release(self) -> None:
@@ -99,40 +194,49 @@ def acquire_lock(state_dir: Path, command: str) -> Lock:
 
     The lock is an flock on ``.decice/lock``: the kernel releases it when its
     holder dies, so a lock left by a dead process is taken over (and reported).
+    The state dir is made private first (:func:`secure_state_dir`); ``Lock.notes``
+    says which modes were set back to 0700.
     """
-    ensure_dir(state_dir)
+    notes = secure_state_dir(state_dir)
     path = state_dir / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = _open_lock(path, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
+        holder = _read_holder(fd)
         os.close(fd)
-        holder = _read_holder(path)
         who = holder.describe() if holder else "another process"
         raise LockHeldError(
             f"{state_dir}: another decice run holds the lock: {who}\n"
             f"    fix: wait for it to finish (decice status shows it), or use another state dir"
         ) from None
-    previous = _read_holder(path)
-    took_over = previous if previous and previous.pid != os.getpid() else None
-    holder = LockHolder(os.getpid(), socket.gethostname(), now(), command)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(asdict(holder)).encode(), 0)
-    os.fsync(fd)
-    return Lock(path=path, holder=holder, took_over=took_over, _fd=fd)
+    try:
+        if stat.S_IMODE(os.fstat(fd).st_mode) != 0o600:
+            os.fchmod(fd, 0o600)
+        previous = _read_holder(fd)
+        took_over = previous if previous and previous.pid != os.getpid() else None
+        holder = LockHolder(os.getpid(), socket.gethostname(), now(), command)
+        line = json.dumps(asdict(holder)).encode()
+        os.pwrite(fd, line, 0)  # in place, under the flock: readers see whole lines
+        os.ftruncate(fd, len(line))
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)  # closing drops the flock
+        raise
+    return Lock(path=path, holder=holder, took_over=took_over, notes=notes, _fd=fd)
 
 
 def current_holder(state_dir: Path) -> LockHolder | None:
     """Who holds the lock right now (None when free)."""
     path = state_dir / LOCK_NAME
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
-    fd = os.open(path, os.O_RDONLY)
+    fd = _open_lock(path, os.O_RDONLY)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            return _read_holder(path)
+            return _read_holder(fd)
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
     finally:

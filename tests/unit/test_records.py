@@ -139,3 +139,170 @@ def test_phase_table_marks_every_status_a_run_can_record() -> None:
     text = console.export_text()
     assert "?" not in text
     assert "■  p7" in text
+
+
+# ---------------------------------------------------------------- hostile state dirs
+
+
+def test_symlinked_lock_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
+    state = tmp_path / ".decice"
+    state.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (state / records.LOCK_NAME).symlink_to(victim)
+    with pytest.raises(InputError) as caught:
+        records.acquire_lock(state, "up")
+    message = str(caught.value)
+    assert f"{state / records.LOCK_NAME}" in message and "symlink" in message
+    assert "fix:" in message
+    assert victim.read_text() == "precious\n"
+    with pytest.raises(InputError, match="symlink"):
+        records.current_holder(state)
+    assert victim.read_text() == "precious\n"
+
+
+def test_symlinked_state_dir_is_refused(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    state = tmp_path / ".decice"
+    state.symlink_to(elsewhere)
+    with pytest.raises(InputError) as caught:
+        records.acquire_lock(state, "up")
+    assert f"{state}: the state directory is a symlink" in str(caught.value)
+    assert "fix:" in str(caught.value)
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_second_opener_leaves_the_holder_info_intact(tmp_path: Path) -> None:
+    child = _hold_lock_in_child(tmp_path)
+    try:
+        lock_file = tmp_path / records.LOCK_NAME
+        written = lock_file.read_bytes()
+        assert json.loads(written)["pid"] == child.pid
+        for _ in range(3):
+            with pytest.raises(LockHeldError):
+                records.acquire_lock(tmp_path, "down")
+            assert records.current_holder(tmp_path) is not None
+        assert lock_file.read_bytes() == written
+        assert lock_file.stat().st_mode & 0o777 == 0o600
+    finally:
+        child.communicate("\n")
+
+
+def test_lock_file_is_never_truncated_by_opening_it(tmp_path: Path) -> None:
+    """The holder info is rewritten in place only once the flock is held."""
+    lock = records.acquire_lock(tmp_path, "up")
+    try:
+        text = (tmp_path / records.LOCK_NAME).read_text()
+        holder = json.loads(text)
+        assert holder["pid"] == os.getpid() and holder["command"] == "up"
+        assert text == json.dumps(holder)  # no tail of an older, longer holder line
+    finally:
+        lock.release()
+
+
+def test_loose_state_dir_is_tightened_and_noted(tmp_path: Path) -> None:
+    state = tmp_path / ".decice"
+    (state / "runs").mkdir(parents=True)
+    (state / "baseline").mkdir()
+    for path in (state, state / "runs", state / "baseline"):
+        path.chmod(0o777)
+    lock = records.acquire_lock(state, "up")
+    try:
+        for path in (state, state / "runs", state / "baseline"):
+            assert path.stat().st_mode & 0o777 == 0o700, path
+        assert any(f"{state} was mode 0777" in note for note in lock.notes), lock.notes
+        assert any(f"{state / 'runs'} was mode 0777" in note for note in lock.notes)
+    finally:
+        lock.release()
+    again = records.acquire_lock(state, "up")
+    try:
+        assert again.notes == []
+    finally:
+        again.release()
+
+
+def test_new_state_dir_is_private(tmp_path: Path) -> None:
+    state = tmp_path / "a" / ".decice"
+    old = os.umask(0o022)
+    try:
+        with records.locked(state, "up") as lock:
+            assert lock.notes == []
+        records.RunStore(state).create(_record("20260101T000000-dddd"))
+    finally:
+        os.umask(old)
+    assert state.stat().st_mode & 0o777 == 0o700
+    for path in (state / "runs", state / "runs" / "20260101T000000-dddd"):
+        assert path.stat().st_mode & 0o777 == 0o700
+    assert (state / records.LOCK_NAME).stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("name", [records.RUNS_DIR, "baseline"])
+def test_symlinked_state_subdir_is_refused(tmp_path: Path, name: str) -> None:
+    state = tmp_path / ".decice"
+    state.mkdir(mode=0o700)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (state / name).symlink_to(elsewhere)
+    with pytest.raises(InputError, match=f"{state / name}: .*symlink"):
+        records.acquire_lock(state, "up")
+    assert not (state / records.LOCK_NAME).exists()
+
+
+def test_up_tightens_a_loose_state_dir_and_notes_it(tmp_path: Path) -> None:
+    state = tmp_path / ".decice"
+    (state / "runs").mkdir(parents=True)
+    state.chmod(0o777)
+    (state / "runs").chmod(0o755)
+    out = subprocess.run(
+        [sys.executable, "-m", "decice", "up", "--check", "--only", "scheduler", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    notes = json.loads(out.stdout)["notes"]
+    assert f"{state} was mode 0777; set to 0700" in notes
+    assert f"{state / 'runs'} was mode 0755; set to 0700" in notes
+    assert state.stat().st_mode & 0o777 == 0o700
+    assert (state / "runs").stat().st_mode & 0o777 == 0o700
+
+
+def test_record_write_is_atomic_and_fsynced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = records.RunStore(tmp_path)
+    record = _record("20260101T000000-eeee")
+    store.create(record)
+    run_dir = tmp_path / "runs" / record.id
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    for guess in (f".record.json.{os.getpid()}.tmp", f".record.json.{os.getpid() + 1}.tmp"):
+        (run_dir / guess).symlink_to(victim)  # a planted temp name is never written through
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    record.status = "ok"
+    store.save(record)
+    assert victim.read_text() == "precious\n"
+    assert synced, "the record was not fsynced before the rename"
+    assert store.get(record.id).status == "ok"
+    assert (run_dir / "record.json").stat().st_mode & 0o777 == 0o600
+    leftovers = {p.name for p in run_dir.iterdir()} - {"record.json"}
+    assert all((run_dir / name).is_symlink() for name in leftovers)
+
+
+def test_filelock_refuses_a_symlink(tmp_path: Path) -> None:
+    from decice import filelock
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    link = tmp_path / ".lock"
+    link.symlink_to(victim)
+    with pytest.raises(InputError, match=f"{link}: .*symlink"), filelock.exclusive(link):
+        pytest.fail("the lock was taken through a symlink")
+    assert victim.read_text() == "precious\n"
+    with filelock.exclusive(tmp_path / "real.lock"):
+        assert (tmp_path / "real.lock").stat().st_mode & 0o777 == 0o600
