@@ -1,8 +1,8 @@
 """The node agent as a managed local process: started detached, tracked by pid.
 
 Files under ``<state>/sim/agent/``: ``process.json`` (the process record and the
-sha256 of the node groups), ``nodes.json`` (the groups), ``status.json`` (written by
-the agent), ``agent.log``.
+sha256 of the node groups), ``nodes.json`` (the groups; 0600, replaced atomically),
+``status.json`` (written by the agent), ``agent.log``.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def ensure(state_dir: Path, kubeconfig: Path, sim: SimSpec) -> dict[str, Any]:
 
     def launch() -> procs.Launch:
         nodes_file = agent_dir(state_dir) / "nodes.json"
-        nodes_file.write_text(json.dumps(settings, sort_keys=True), encoding="utf-8")
+        procs.write_private(nodes_file, json.dumps(settings, sort_keys=True))
         status_path(state_dir).unlink(missing_ok=True)
         return procs.Launch(agent_argv(kubeconfig, nodes_file, status_path(state_dir)))
 

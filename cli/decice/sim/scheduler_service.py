@@ -13,7 +13,7 @@ settings are unchanged is kept; other settings restart it
 
 Files under ``<state>/sim/scheduler/``: ``process.json`` (the process record, the
 sha256 of its settings, the metrics URL), ``scheduler.log``, ``profile.yaml`` (only
-when the spec has a ``scheduler.config``).
+when the spec has a ``scheduler.config``; 0600, replaced atomically).
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def ensure(state_dir: Path, kubeconfig: Path, spec: SchedulerSpec) -> dict[str, 
         profile: Path | None = None
         if spec.config:
             profile = directory / "profile.yaml"
-            profile.write_text(yaml.safe_dump(spec.config, sort_keys=False), encoding="utf-8")
+            procs.write_private(profile, yaml.safe_dump(spec.config, sort_keys=False))
         port = free_port()
         argv = scheduler_argv(
             kubeconfig,
