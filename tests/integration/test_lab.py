@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,61 @@ def test_nodes_are_distinct_machines(lab_nodes):
     assert len(keys) == 2
 
 
+def test_ssh_checks_each_nodes_host_key_strictly(lab_nodes):
+    config = Path(lab_nodes.ssh_config).read_text()
+    assert "StrictHostKeyChecking yes" in config and "BatchMode yes" in config
+    assert "StrictHostKeyChecking no" not in config
+    known_hosts = Path(lab_nodes.known_hosts)
+    assert known_hosts.parent == Path(lab_nodes.state_dir)
+    assert known_hosts.stat().st_mode & 0o777 == 0o600
+    entries = dict(line.split(" ", 1) for line in known_hosts.read_text().splitlines())
+    for node in lab_nodes.nodes:
+        served = ssh(lab_nodes, node.name, "cat /etc/ssh/ssh_host_ed25519_key.pub").split()[:2]
+        assert entries[f"{node.name},{node.ip}"].split() == served
+
+
+def test_a_changed_host_key_is_refused(lab_nodes, tmp_path):
+    """A second sshd on node1 with another host key, reached under node1's known name
+    (HostKeyAlias): ssh refuses it at once, no prompt; the real key still works."""
+    pm = podman(tmp_path)
+    container = lab_nodes.nodes[0].container
+    pm.exec(
+        container,
+        [
+            "sh",
+            "-c",
+            "ssh-keygen -q -t ed25519 -N '' -f /run/decice-test-key && "
+            "/usr/sbin/sshd -p 2222 -h /run/decice-test-key -o PidFile=/run/decice-test-sshd.pid",
+        ],
+    )
+
+    def via(port: int) -> subprocess.CompletedProcess[str]:
+        options = ["-o", f"Port={port}", "-o", "HostKeyAlias=node1"]
+        return subprocess.run(
+            ["ssh", "-F", lab_nodes.ssh_config, *options, "node1", "true"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+
+    try:
+        deadline = time.monotonic() + 20
+        changed = via(2222)
+        while "Connection refused" in changed.stderr and time.monotonic() < deadline:
+            time.sleep(0.2)  # the second sshd is still starting
+            changed = via(2222)
+        assert changed.returncode == 255, changed.stderr
+        assert "Host key verification failed" in changed.stderr
+        assert via(22).returncode == 0
+    finally:
+        pm.exec(
+            container,
+            ["sh", "-c", "kill $(cat /run/decice-test-sshd.pid); rm -f /run/decice-test-*"],
+        )
+
+
 def test_nodes_are_ready_for_installers(lab_nodes):
     out = ssh(
         lab_nodes,
@@ -79,6 +135,7 @@ def test_status_is_json_and_matches(lab_nodes):
     ]
     assert data["slurm_env"] is None
     assert Path(data["inventory"]).is_file() and Path(data["ssh_config"]).is_file()
+    assert Path(data["known_hosts"]).is_file()
     assert Path(data["ssh_key"]).stat().st_mode & 0o777 == 0o600
 
 

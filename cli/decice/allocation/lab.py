@@ -10,13 +10,13 @@ from decice.spec_model import LabSpec
 
 def _machines(info: object) -> tuple[Machine, ...]:
     from decice.lab import LabInfo
-    from decice.lab.render import SSH_OPTIONS
+    from decice.lab.render import ssh_options
 
     assert isinstance(info, LabInfo)
     common: dict[str, object] = {
         "ansible_user": "root",
         "ansible_ssh_private_key_file": info.ssh_key,
-        "ansible_ssh_common_args": SSH_OPTIONS,
+        "ansible_ssh_common_args": ssh_options(Path(info.known_hosts)),
         "ansible_python_interpreter": "/usr/bin/python3",
         # lab nodes share this machine's kernel: no vm./kernel. sysctls, no swapoff
         "prepare_kernel_wide": False,

@@ -2,6 +2,8 @@
 
 Everything a lab owns carries the podman label ``decice.lab=<name>`` and lives under
 ``<state_root>/lab/<name>/``; ``destroy`` removes exactly that and leaves nothing running.
+Each node's SSH host key is made here and mounted into it, so the lab's ``known_hosts``
+holds them from the start and SSH checks them strictly.
 """
 
 from __future__ import annotations
@@ -22,13 +24,16 @@ from decice.lab.image import ensure_image
 from decice.lab.model import LabInfo, LabNode, load, save
 from decice.lab.network import MAX_NODES, controller_ip, create_network, node_ip
 from decice.lab.podman import Podman, write_containers_conf
-from decice.lab.render import render_inventory, render_ssh_config
+from decice.lab.render import render_inventory, render_known_hosts, render_ssh_config
+from decice.sim.procs import write_private
 
 log = logging.getLogger("decice.lab")
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,29}$")
 CONTROLLER = "slurmctl"
 CONTAINERD_VOLUME = "/var/lib/containerd"  # overlay mounts inside a node need a volume
+HOST_KEYS_DIR = "hostkeys"  # <node>/ssh_host_ed25519_key: made here, mounted into the node
+UNSAFE_PATH_CHARS = ('"', "%", "\n")  # ssh_config cannot quote them
 
 
 LABEL = "decice.lab"  # the lab's name
@@ -77,6 +82,8 @@ def status(name: str, state_root: Path) -> LabInfo | None:
 
 
 def _healthy(info: LabInfo) -> bool:
+    if not info.known_hosts or not Path(info.known_hosts).is_file():
+        return False  # made before decice kept the nodes' host keys: recreate it
     containers = [*info.nodes, *([info.controller] if info.controller else [])]
     if not all(n.state == "running" for n in containers):
         return False
@@ -140,7 +147,13 @@ def _refuse_foreign(name: str, directory: Path) -> None:
 
 def _create(name: str, count: int, slurm_enabled: bool, state_root: Path) -> LabInfo:
     directory = state_dir(name, state_root)
-    directory.mkdir(parents=True, exist_ok=True)
+    if any(c in str(directory) for c in UNSAFE_PATH_CHARS):
+        raise LabError(
+            f"{directory}: the lab's state dir holds a character ssh_config cannot carry "
+            f"({' '.join(repr(c) for c in UNSAFE_PATH_CHARS)}); use another state dir"
+        )
+    directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    directory.mkdir(exist_ok=True)
     directory.chmod(0o755)
     podman = _podman(directory)
     image = ensure_image(podman)
@@ -157,10 +170,16 @@ def _create(name: str, count: int, slurm_enabled: bool, state_root: Path) -> Lab
 
     key = directory / "id_ed25519"
     node_ops.make_ssh_key(key, f"decice-lab-{name}")
+    host_keys = directory / HOST_KEYS_DIR
+    known_hosts = directory / "known_hosts"
+    write_private(
+        known_hosts,
+        render_known_hosts([(n, node_ops.make_host_key(host_keys, n)) for n in everyone]),
+    )
     inventory = directory / "inventory.yml"
-    inventory.write_text(render_inventory(lab_nodes, key))
+    write_private(inventory, render_inventory(lab_nodes, key, known_hosts))
     ssh_config = directory / "ssh_config"
-    ssh_config.write_text(render_ssh_config(everyone, key))
+    write_private(ssh_config, render_ssh_config(everyone, key, known_hosts))
 
     files = slurm_ops.SlurmFiles(directory / "slurm") if controller else None
     info = LabInfo(
@@ -173,6 +192,7 @@ def _create(name: str, count: int, slurm_enabled: bool, state_root: Path) -> Lab
         inventory=str(inventory),
         ssh_config=str(ssh_config),
         ssh_key=str(key),
+        known_hosts=str(known_hosts),
         controller=controller,
         slurm_env=files.env() if files else None,
         slurm_env_file=str(files.env_file) if files else None,
@@ -196,7 +216,7 @@ def _create(name: str, count: int, slurm_enabled: bool, state_root: Path) -> Lab
             network=network,
             labels=labels,
             hosts=everyone,
-            mounts=mounts,
+            mounts=[*mounts, *node_ops.host_key_mounts(host_keys, node)],
             volumes=volumes,
             init_args=init_args,
         )

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from decice.sim.procs import write_private
+
 STATE_FILE = "lab.json"
 
 
@@ -33,6 +35,7 @@ class LabInfo:
     inventory: str
     ssh_config: str
     ssh_key: str
+    known_hosts: str = ""  # the nodes' host keys (a lab recorded without one is recreated)
     controller: LabNode | None = None
     slurm_env: dict[str, str] | None = None  # env vars that make the host a submit host
     slurm_env_file: str | None = None  # the same as a shell file to source
@@ -68,10 +71,8 @@ class LabInfo:
 
 
 def save(info: LabInfo, state_dir: Path) -> None:
-    path = state_dir / STATE_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(info.to_dict(), indent=2) + "\n")
-    tmp.replace(path)
+    """Write ``lab.json`` (0600, atomically)."""
+    write_private(state_dir / STATE_FILE, json.dumps(info.to_dict(), indent=2) + "\n")
 
 
 def load(state_dir: Path) -> LabInfo | None:

@@ -17,15 +17,42 @@ log = logging.getLogger("decice.lab")
 
 BOOT_TIMEOUT = 180.0
 SSH_TIMEOUT = 60.0
+HOST_KEY = "ssh_host_ed25519_key"
+NODE_SSH_DIR = "/etc/ssh"
 
 
-def make_ssh_key(path: Path, comment: str) -> None:
-    """A fresh ed25519 key pair at ``path`` (private key 0600)."""
+def make_ssh_key(path: Path, comment: str) -> str:
+    """A fresh ed25519 key pair at ``path`` (private key 0600); returns the public key."""
     ensure_commands({"ssh-keygen": "openssh-client", "ssh": "openssh-client"}, "lab SSH access")
-    for p in (path, path.with_suffix(".pub")):
+    public = path.with_suffix(".pub")
+    for p in (path, public):
         p.unlink(missing_ok=True)
     run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)])
     path.chmod(0o600)
+    return public.read_text().strip()
+
+
+def make_host_key(directory: Path, node: LabNode) -> str:
+    """The SSH host key of ``node``, made here (``<directory>/<node>/ssh_host_ed25519_key``,
+    0600 in 0700 directories) and bind-mounted into it by :func:`start_container`;
+    returns the public key for the lab's known_hosts."""
+    for path in (directory, directory / node.name):
+        path.mkdir(mode=0o700, exist_ok=True)
+        path.chmod(0o700)
+    return make_ssh_key(host_key_path(directory, node), f"root@{node.name}")
+
+
+def host_key_path(directory: Path, node: LabNode) -> Path:
+    return directory / node.name / HOST_KEY
+
+
+def host_key_mounts(directory: Path, node: LabNode) -> list[str]:
+    """Read-only bind mounts of ``node``'s host key pair: its sshd never makes its own."""
+    private = host_key_path(directory, node)
+    return [
+        f"{private}:{NODE_SSH_DIR}/{HOST_KEY}:ro",
+        f"{private.with_suffix('.pub')}:{NODE_SSH_DIR}/{HOST_KEY}.pub:ro",
+    ]
 
 
 def start_container(

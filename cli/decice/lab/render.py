@@ -1,7 +1,14 @@
-"""Pure renderers of the files a lab hands to Ansible and SSH."""
+"""Pure renderers of the files a lab hands to Ansible and SSH.
+
+Host keys are checked strictly: ``decice lab create`` makes each node's SSH host key
+itself and writes their public halves to the lab's ``known_hosts``; the ssh config and
+the inventory use only that file (``StrictHostKeyChecking yes``, no global file) and
+never prompt (``BatchMode yes``).
+"""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -10,10 +17,30 @@ import yaml
 
 from decice.lab.model import LabNode
 
-SSH_OPTIONS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o IdentitiesOnly=yes"
+
+def ssh_options(known_hosts: Path) -> str:
+    """``ansible_ssh_common_args`` for lab nodes: only the lab's known_hosts, strictly."""
+    return " ".join(
+        [
+            "-o StrictHostKeyChecking=yes",
+            f"-o UserKnownHostsFile={shlex.quote(str(known_hosts))}",
+            "-o GlobalKnownHostsFile=/dev/null",
+            "-o IdentitiesOnly=yes",
+            "-o BatchMode=yes",
+        ]
+    )
 
 
-def inventory_data(nodes: Sequence[LabNode], ssh_key: Path) -> dict[str, Any]:
+def render_known_hosts(keys: Sequence[tuple[LabNode, str]]) -> str:
+    """known_hosts lines for (node, public host key): each key under its name and IP."""
+    lines = []
+    for node, public in keys:
+        kind, blob = public.split()[:2]
+        lines.append(f"{node.name},{node.ip} {kind} {blob}\n")
+    return "".join(lines)
+
+
+def inventory_data(nodes: Sequence[LabNode], ssh_key: Path, known_hosts: Path) -> dict[str, Any]:
     """Ansible inventory with the Kubespray groups.
 
     node1 is the control plane and etcd; the other nodes are workers. A one-node lab
@@ -28,7 +55,7 @@ def inventory_data(nodes: Sequence[LabNode], ssh_key: Path) -> dict[str, Any]:
             "vars": {
                 "ansible_user": "root",
                 "ansible_ssh_private_key_file": str(ssh_key),
-                "ansible_ssh_common_args": SSH_OPTIONS,
+                "ansible_ssh_common_args": ssh_options(known_hosts),
                 "ansible_python_interpreter": "/usr/bin/python3",
                 "ansible_pipelining": True,
             },
@@ -43,23 +70,31 @@ def inventory_data(nodes: Sequence[LabNode], ssh_key: Path) -> dict[str, Any]:
     }
 
 
-def render_inventory(nodes: Sequence[LabNode], ssh_key: Path) -> str:
+def render_inventory(nodes: Sequence[LabNode], ssh_key: Path, known_hosts: Path) -> str:
     header = "# written by decice lab; regenerated on create\n"
-    return header + yaml.safe_dump(inventory_data(nodes, ssh_key), sort_keys=False)
+    return header + yaml.safe_dump(inventory_data(nodes, ssh_key, known_hosts), sort_keys=False)
 
 
-def render_ssh_config(nodes: Sequence[LabNode], ssh_key: Path) -> str:
-    """ssh_config mapping node names (which the host cannot resolve) to their IPs."""
+def _quoted(path: Path) -> str:
+    """``path`` as one ssh_config argument (the lab refuses paths with ``"``, ``%``, ``\\n``)."""
+    return f'"{path}"'
+
+
+def render_ssh_config(nodes: Sequence[LabNode], ssh_key: Path, known_hosts: Path) -> str:
+    """ssh_config mapping node names (which the host cannot resolve) to their IPs; host
+    keys only from ``known_hosts``, checked strictly, no prompt."""
     blocks = []
     for node in nodes:
         blocks.append(
             f"Host {node.name}\n"
             f"  HostName {node.ip}\n"
             "  User root\n"
-            f"  IdentityFile {ssh_key}\n"
+            f"  IdentityFile {_quoted(ssh_key)}\n"
             "  IdentitiesOnly yes\n"
-            "  StrictHostKeyChecking no\n"
-            "  UserKnownHostsFile /dev/null\n"
+            "  StrictHostKeyChecking yes\n"
+            f"  UserKnownHostsFile {_quoted(known_hosts)}\n"
+            "  GlobalKnownHostsFile /dev/null\n"
+            "  BatchMode yes\n"
             "  LogLevel ERROR\n"
         )
     return "# written by decice lab\n" + "\n".join(blocks)
