@@ -13,6 +13,7 @@ import pytest
 from decice import lab
 from decice.lab.podman import Podman, write_containers_conf
 from tests.integration.labsupport import lab_name, require_lab_prerequisites, ssh
+from tests.support import REPO
 
 pytestmark = pytest.mark.lab
 
@@ -122,6 +123,43 @@ def test_ansible_pings_every_node(lab_nodes):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("SUCCESS") == 2
+
+
+def test_repository_lab_inventory_checks_host_keys_against_the_lab_file(lab_nodes, tmp_path):
+    """inventories/lab with ``lab_known_hosts``: a key other than the node's is refused
+    (tried first, with a control path of its own: no open SSH connection is reused), the
+    lab's works."""
+    node = lab_nodes.nodes[0]
+    other = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    kind, blob = other.with_suffix(".pub").read_text().split()[:2]
+    wrong = tmp_path / "known_hosts"
+    wrong.write_text(f"{node.name},{node.ip} {kind} {blob}\n")
+
+    def ping(known_hosts: str) -> subprocess.CompletedProcess[str]:
+        values = {
+            "ansible_host": node.ip,
+            "ansible_ssh_private_key_file": lab_nodes.ssh_key,
+            "lab_known_hosts": known_hosts,
+            "ansible_control_path_dir": str(tmp_path / "cp"),  # no other test's connection
+        }
+        ansible = str(Path(sys.executable).with_name("ansible"))
+        args = ["-i", "inventories/lab", "-m", "ansible.builtin.ping", "-e", json.dumps(values)]
+        return subprocess.run(
+            [ansible, node.name, *args],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            cwd=REPO,
+            check=False,
+        )
+
+    refused = ping(str(wrong))
+    assert refused.returncode != 0 and "Host key verification failed" in refused.stdout, (
+        refused.stdout + refused.stderr
+    )
+    accepted = ping(lab_nodes.known_hosts)
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
 
 
 def test_status_is_json_and_matches(lab_nodes):
