@@ -283,7 +283,12 @@ def test_record_write_is_atomic_and_fsynced(
         (run_dir / guess).symlink_to(victim)  # a planted temp name is never written through
     synced: list[int] = []
     real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
     record.status = "ok"
     store.save(record)
     assert victim.read_text() == "precious\n"
