@@ -514,3 +514,118 @@ def test_preflight_reports_a_host_that_cannot_become_root(tmp_path: Path) -> Non
     assert re.search(r"localhost\s+become\s+fail\s+cannot become root: ", result.stdout)
     assert "fix become on localhost: connect as root (ansible_user: root)" in result.stdout
     assert _recap(result.stdout)["changed"] == 0
+
+
+# --- prepare needs a baseline first --------------------------------------------------------
+
+
+def _two_local_hosts(tmp_path: Path) -> Path:
+    """node-a and node-b: this machine twice, over a local connection, in k8s_cluster."""
+    local = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+    }
+    path = tmp_path / "hosts.yml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {"node-a": local, "node-b": local},
+                    "children": {
+                        "k8s_cluster": {"hosts": {"node-a": None, "node-b": None}},
+                        "decice_edge": {},
+                        "decice_hpc": {},
+                    },
+                }
+            }
+        )
+    )
+    return path
+
+
+def _harmless_prepare(tmp_path: Path, state: Path) -> Path:
+    """Settings under which prepare changes nothing of this machine, even if it runs: one
+    per-namespace sysctl set to the value it has, its files in tmp_path, no modules, no swap,
+    no kernel-wide change, no packages."""
+    current = Path("/proc/sys/net/ipv4/ip_forward").read_text().strip()
+    path = tmp_path / "settings.json"
+    path.write_text(
+        json.dumps(
+            {
+                "decice_state_dir": str(state),
+                "prepare_kernel_wide": False,
+                "prepare_swap_off": False,
+                "prepare_modules": [],
+                "prepare_packages": [],
+                "prepare_sysctls": {"net.ipv4.ip_forward": current},
+                "prepare_sysctl_file": str(tmp_path / "90-decice.conf"),
+                "prepare_modules_file": str(tmp_path / "decice.conf"),
+            }
+        )
+    )
+    return path
+
+
+@pytest.mark.local
+def test_prepare_refuses_hosts_without_baseline_and_changes_nothing(tmp_path: Path) -> None:
+    inventory = str(_two_local_hosts(tmp_path))
+    state = tmp_path / "state"
+    settings = f"@{_harmless_prepare(tmp_path, state)}"
+    planted = state / "baseline" / "node-a.json"
+    planted.parent.mkdir(parents=True)
+    planted.write_text("{}\n")  # prepare looks for the file; verify reads it later
+
+    def prepare(*extra: str) -> subprocess.CompletedProcess[str]:
+        return _run(
+            _tool("ansible-playbook"), "-i", inventory, "playbooks/up.yml", "-e", settings, *extra
+        )
+
+    # node-b has no baseline: refused once for the play, naming it and the fix; node-a
+    # (which has one) is not prepared either; check mode says the same
+    for extra in (("--tags", "prepare"), ("--tags", "prepare", "--check")):
+        refused = prepare(*extra)
+        assert refused.returncode != 0, refused.stdout[-3000:]
+        assert (
+            f"prepare: refused - no baseline for node-b ({state}/baseline/<host>.json "
+            "does not exist)"
+        ) in refused.stdout, refused.stdout[-3000:]
+        assert "Nothing was changed." in refused.stdout
+        assert "fix: run `decice up --only baseline` first" in refused.stdout
+        assert re.findall(r"^fatal: \[(.*?)\]", refused.stdout, re.M) == ["node-a"]  # once
+        assert _recap(refused.stdout, "node-a")["changed"] == 0
+        assert "prepare_gather" not in refused.stdout
+        assert not (state / "prepare").exists()
+        assert not (tmp_path / "90-decice.conf").exists()
+    # a tag of one step of the role does not skip the check
+    one_step = prepare("--tags", "prepare_sysctls")
+    assert one_step.returncode != 0 and "no baseline for node-b" in one_step.stdout
+    assert not (tmp_path / "90-decice.conf").exists()
+
+    # both have one: prepare runs and records what it did (its idempotence with the check
+    # in place: molecule's idempotence step, tests/integration/test_host_roles.py)
+    (state / "baseline" / "node-b.json").write_text("{}\n")
+    first = prepare("--tags", "prepare")
+    assert first.returncode == 0, first.stdout[-5000:]
+    assert sorted(p.name for p in (state / "prepare").iterdir()) == ["node-a.json", "node-b.json"]
+    assert planted.read_text() == "{}\n"
+
+
+@pytest.mark.local
+def test_check_mode_prepare_counts_the_baseline_play_of_the_same_run(tmp_path: Path) -> None:
+    """`up --check` from scratch: the baseline play would take them, so prepare is not refused."""
+    state = tmp_path / "state"
+    result = _playbook(
+        "up",
+        "--check",
+        "--tags",
+        "baseline,prepare",
+        "-e",
+        f"@{_harmless_prepare(tmp_path, state)}",
+        "-e",
+        json.dumps({"baseline_paths": [str(tmp_path / "tracked")]}),
+    )
+    assert result.returncode == 0, result.stdout[-5000:]
+    assert "prepare: refused" not in result.stdout
+    assert "prepare: localhost ready for Kubernetes" in result.stdout
+    assert not state.exists(), "check mode wrote to the state directory"
+    assert not (tmp_path / "90-decice.conf").exists()
