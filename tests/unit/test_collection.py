@@ -629,3 +629,44 @@ def test_check_mode_prepare_counts_the_baseline_play_of_the_same_run(tmp_path: P
     assert "prepare: localhost ready for Kubernetes" in result.stdout
     assert not state.exists(), "check mode wrote to the state directory"
     assert not (tmp_path / "90-decice.conf").exists()
+
+
+@pytest.mark.local
+def test_baseline_require_names_the_hosts_a_controller_play_delegates_to(tmp_path: Path) -> None:
+    """A play on the controller names the hosts it changes: the check is about them."""
+    state = tmp_path / "state"
+    (state / "baseline").mkdir(parents=True)
+    (state / "baseline" / "cp1.json").write_text("{}\n")
+    play = tmp_path / "play.yml"
+    play.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "A controller play that would change cp1 and cp2",
+                    "hosts": "localhost",
+                    "gather_facts": False,
+                    "tasks": [
+                        {
+                            "name": "Require their baselines",
+                            "ansible.builtin.include_role": {
+                                "name": "decice.hybrid.baseline",
+                                "tasks_from": "require.yml",
+                            },
+                            "vars": {
+                                "baseline_state_dir": str(state),
+                                "baseline_require_phase": "scheduler",
+                                "baseline_require_hosts": ["cp1", "cp2"],
+                            },
+                        }
+                    ],
+                }
+            ]
+        )
+    )
+    refused = _run(_tool("ansible-playbook"), "-i", "inventories/local", str(play))
+    assert refused.returncode != 0
+    assert "scheduler: refused - no baseline for cp2 (" in refused.stdout, refused.stdout[-3000:]
+    (state / "baseline" / "cp2.json").write_text("{}\n")
+    passed = _run(_tool("ansible-playbook"), "-i", "inventories/local", str(play))
+    assert passed.returncode == 0, passed.stdout[-3000:]
+    assert _recap(passed.stdout)["changed"] == 0
