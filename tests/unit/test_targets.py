@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from decice import targets
+from decice.baselines import baseline_path
 from decice.errors import InputError
 from decice.spec import load
 from decice.spec_model import Spec
@@ -117,6 +118,11 @@ def test_reset_previews_say_what_they_would_do(tmp_path: Path) -> None:
 def test_up_check_on_static_shows_the_kubespray_command(tmp_path: Path) -> None:
     (tmp_path / "decice.yaml").write_text(STATIC)
     cache = tmp_path / "cache"
+    # hosts with a baseline (without one the phase refuses: tests/unit/test_kubespray_phases.py)
+    for host in ("cp1", "w1"):
+        path = baseline_path(tmp_path / ".decice", host)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
     record = _run(
         tmp_path, "up", "--check", "--only", "kubernetes", env={"DECICE_CACHE_DIR": str(cache)}
     )
