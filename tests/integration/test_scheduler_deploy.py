@@ -30,6 +30,7 @@ import yaml
 from kubernetes import client, config
 
 from decice import lab
+from decice.baselines import baseline_path
 from decice.sim.binaries import BinarySet
 from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
 from decice.sim.simnodes import expand, node_object
@@ -305,10 +306,13 @@ def test_role_systemd_units_with_leader_election_on_lab_nodes(
     lab_nodes: lab.LabInfo,
     relayed_api: tuple[ControlPlaneInfo, client.CoreV1Api],
     wheelhouse: Path,
+    tmp_path: Path,
 ) -> None:
     info, api = relayed_api
     hosts = [n.name for n in lab_nodes.nodes]
+    state = tmp_path / "state"
     extravars = {
+        "decice_state_dir": str(state),
         "decice_kubeconfig": str(info.kubeconfig),
         "scheduler_hosts": hosts,
         "scheduler_uninstall_hosts": hosts,
@@ -317,6 +321,14 @@ def test_role_systemd_units_with_leader_election_on_lab_nodes(
         "scheduler_wheelhouse": str(wheelhouse),
     }
     coord = client.CoordinationV1Api(api.api_client)
+    # no baseline yet: the role refuses before it changes any host
+    refused = _playbook(lab_nodes.inventory, "up", extravars)
+    assert refused.returncode != 0
+    assert f"scheduler: refused - no baseline for {', '.join(hosts)}" in refused.stdout
+    assert ssh(lab_nodes, hosts[0], "ls /etc/systemd/system | grep decice || true") == ""
+    for host in hosts:
+        baseline_path(state, host).parent.mkdir(parents=True, exist_ok=True)
+        baseline_path(state, host).write_text("{}")
     try:
         first = _playbook(lab_nodes.inventory, "up", extravars)
         recap = _ok(first)
