@@ -160,6 +160,22 @@ def sim_spec(name: str, *groups: tuple[str, int, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def local_spec(name: str, *extra_vars: str) -> str:
+    """A static-target spec's text: this machine its one host (control plane and etcd,
+    connection local); each of ``extra_vars`` is one more ``key: value`` line of its vars."""
+    lines = [
+        f"name: {name}",
+        "target: static",
+        "hosts:",
+        "  - name: localhost",
+        "    roles: [control_plane, etcd]",
+        "    vars:",
+        "      ansible_connection: local",
+    ]
+    lines += [f"      {line}" for line in extra_vars]
+    return "\n".join(lines) + "\n"
+
+
 def pod_manifest(
     name: str, *, scheduler: str | None = None, resources: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:

@@ -12,7 +12,6 @@ with the role's ``<addon>_default_values`` under the spec's ``addons.<addon>.val
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -26,7 +25,7 @@ from typing import Any, Literal
 
 import yaml
 
-from decice import addons, mirror, paths, versions
+from decice import addons, atomicfile, mirror, paths, versions
 from decice.errors import InputError
 from decice.spec import LoadedSpec
 
@@ -250,13 +249,9 @@ def merge_sums(dest: Path, placed: Mapping[str, str], *, check: Iterable[str] = 
 
 
 def _write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` (a mirror file anyone may read: 0644) by ``text``, atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomicfile.write(path, text, mode=0o644)
 
 
 # ------------------------------------------------------------------ images

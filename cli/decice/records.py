@@ -19,13 +19,12 @@ import os
 import secrets
 import socket
 import stat
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from decice import paths
+from decice import atomicfile, paths
 from decice.errors import InputError, LockHeldError
 
 LOCK_NAME = paths.STATE_LOCK_NAME
@@ -50,31 +49,8 @@ def ensure_dir(path: Path) -> Path:
 
 
 def write_json(path: Path, data: object, mode: int = 0o600) -> None:
-    """Replace ``path`` by ``data`` as JSON: a fresh temp file (``mode``) beside it,
-    fsynced, renamed over it (a symlink at ``path`` is replaced, never written through)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, sort_keys=False, default=str)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make a rename in ``directory`` durable."""
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    """Replace ``path`` by ``data`` as JSON, atomically (see :func:`decice.atomicfile.write`)."""
+    atomicfile.write(path, json.dumps(data, indent=2, default=str) + "\n", mode=mode)
 
 
 # ---------------------------------------------------------------- state dir

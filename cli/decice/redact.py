@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+from decice import atomicfile
+
 REDACTED = "<redacted>"
 # host vars whose value says how a host is reached, never a secret: kept as they are
 SHOWN_VARS = frozenset(
@@ -82,14 +84,8 @@ _AnyTagLoader.add_multi_constructor("!", _untagged)
 
 
 def write_private(path: Path, text: str) -> None:
-    """Replace ``path`` by ``text``: a 0600 file written beside it and renamed over it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    tmp.replace(path)
+    """Replace ``path`` by ``text`` atomically, mode 0600 (:func:`decice.atomicfile.write`)."""
+    atomicfile.write(path, text)
 
 
 def redact_inventory_file(path: Path) -> None:

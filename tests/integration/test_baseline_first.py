@@ -16,26 +16,20 @@ from typing import Any
 
 import pytest
 
-from tests.support import run_decice
+from tests.support import local_spec, run_decice
 
 pytestmark = pytest.mark.local
 
-SPEC = """\
-name: baseline-first
-target: static
-hosts:
-  - name: localhost
-    roles: [control_plane, etcd]
-    vars:
-      ansible_connection: local
-      prepare_kernel_wide: false
-      prepare_swap_off: false
-      prepare_modules: []
-      prepare_sysctls: {{"net.ipv4.ip_forward": "{forward}"}}
-      prepare_sysctl_file: {work}/90-decice.conf
-      prepare_modules_file: {work}/decice.conf
-      baseline_paths: [{work}/tracked]
-"""
+SPEC = local_spec(
+    "baseline-first",
+    "prepare_kernel_wide: false",
+    "prepare_swap_off: false",
+    "prepare_modules: []",
+    'prepare_sysctls: {{"net.ipv4.ip_forward": "{forward}"}}',
+    "prepare_sysctl_file: {work}/90-decice.conf",
+    "prepare_modules_file: {work}/decice.conf",
+    "baseline_paths: [{work}/tracked]",
+)
 FIX = "fix: run `decice up --only baseline` first (or `decice up` without --skip baseline)"
 
 

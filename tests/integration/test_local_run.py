@@ -7,19 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import run_decice
+from tests.support import local_spec, run_decice
 
 pytestmark = pytest.mark.local
 
-SPEC = """\
-name: local-run
-target: static
-hosts:
-  - name: localhost
-    roles: [control_plane, etcd]
-    vars:
-      ansible_connection: local
-"""
+SPEC = local_spec("local-run")
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +51,7 @@ def test_up_records_phases_versions_and_is_idempotent(workdir: Path) -> None:
 
 
 def test_failed_run_exits_1_with_plain_message(workdir: Path, tmp_path: Path) -> None:
-    spec = SPEC.replace("name: local-run", "name: local-fail") + (
-        "      preflight_min_memory_mb: 99999999\n"
-    )
+    spec = local_spec("local-fail", "preflight_min_memory_mb: 99999999")
     (tmp_path / "decice.yaml").write_text(spec)
     result = run_decice(tmp_path, "up", "--only", "preflight", timeout=600)
     assert result.returncode == 1, result.stderr

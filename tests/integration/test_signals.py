@@ -22,17 +22,9 @@ import pytest
 from decice import records
 from tests.integration.simsupport import require_sim
 from tests.procwatch import ProcWatch
-from tests.support import DECICE, run_decice, sim_spec, wait_for
+from tests.support import DECICE, local_spec, run_decice, sim_spec, wait_for
 
-LOCAL_SPEC = """\
-name: signals
-target: static
-hosts:
-  - name: localhost
-    roles: [control_plane, etcd]
-    vars:
-      ansible_connection: local
-"""
+LOCAL_SPEC = local_spec("signals")
 CASES = [
     pytest.param(signal.SIGINT, True, id="SIGINT-to-group"),
     pytest.param(signal.SIGTERM, False, id="SIGTERM-to-decice"),

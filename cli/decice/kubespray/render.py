@@ -35,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from decice import atomicfile
 from decice.errors import InputError
 from decice.mirror import Mirror
 
@@ -237,7 +238,4 @@ def write(
 
 def _write_yaml(path: Path, data: Any) -> None:
     text = HEADER + yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.chmod(0o600)
-    tmp.replace(path)
+    atomicfile.write(path, text)

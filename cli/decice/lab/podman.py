@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from decice import atomicfile
 from decice.lab.errors import LabError
 from decice.lab.host import hard_nofile_limit, run
 
@@ -48,9 +49,7 @@ def write_containers_conf(directory: Path) -> Path:
     path = directory / "containers.conf"
     text = render_containers_conf(*host_limits())
     if not path.is_file() or path.read_text() != text:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        atomicfile.write(path, text, mode=0o644)
     return path
 
 

@@ -63,6 +63,7 @@ from urllib.parse import quote
 
 import httpx
 
+from decice import atomicfile
 from decice.sim import simnodes
 from decice.sim.simnodes import SimNode
 from decice.spec_model import SimNodeGroup
@@ -637,10 +638,8 @@ def _request(pod: Mapping[str, Any]) -> Resources:
 
 
 def write_status(path: Path, data: Mapping[str, Any]) -> None:
-    """Atomic write (temporary file in the same directory, then rename)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(path)
+    """Write the status file (0644) atomically (:func:`decice.atomicfile.write`)."""
+    atomicfile.write(path, json.dumps(data, indent=1) + "\n", mode=0o644)
 
 
 # ================================================================== entry points

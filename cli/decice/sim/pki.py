@@ -16,7 +16,6 @@ import datetime as dt
 import errno
 import ipaddress
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from decice import atomicfile
 from decice.errors import InputError
 
 SERVICE_IP = "10.0.0.1"  # first address of the service range the apiserver is given
@@ -161,7 +161,7 @@ def ensure_pki(directory: Path) -> Pki:
     if not (pki.sa_key.exists() and pki.sa_pub.exists()):
         sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         _write_key(pki.sa_key, sa)
-        _write_private(
+        atomicfile.write(
             pki.sa_pub,
             sa.public_key().public_bytes(
                 serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
@@ -178,7 +178,7 @@ def _ensure_ca(pair: Pair, common_name: str) -> tuple[ec.EllipticCurvePrivateKey
     if not (pair.cert.exists() and pair.key.exists()):
         key, cert = self_signed_ca(common_name, 10 * _VALID)
         _write_key(pair.key, key)
-        _write_private(pair.cert, cert.public_bytes(serialization.Encoding.PEM))
+        atomicfile.write(pair.cert, cert.public_bytes(serialization.Encoding.PEM))
         return key, cert
     loaded = serialization.load_pem_private_key(pair.key.read_bytes(), None)
     if not isinstance(loaded, ec.EllipticCurvePrivateKey):
@@ -230,29 +230,14 @@ def _issue(
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     cert = builder.sign(ca_key, hashes.SHA256())
     _write_key(pair.key, key)
-    _write_private(pair.cert, cert.public_bytes(serialization.Encoding.PEM))
+    atomicfile.write(pair.cert, cert.public_bytes(serialization.Encoding.PEM))
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:
     data = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    _write_private(path, data)
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``: a new 0600 temp file in its directory, fsynced and
-    renamed over it (a symlink at ``path`` is replaced, never written through)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomicfile.write(path, data)
 
 
 def copy_private(source: Path, dest: Path) -> None:
@@ -268,7 +253,7 @@ def copy_private(source: Path, dest: Path) -> None:
         raise
     with os.fdopen(fd, "rb") as fh:
         data = fh.read()
-    _write_private(dest, data)
+    atomicfile.write(dest, data)
 
 
 def write_kubeconfig(path: Path, server: str, pki: Pki, leaf: str, user: str) -> Path:
@@ -299,5 +284,5 @@ def write_kubeconfig(path: Path, server: str, pki: Pki, leaf: str, user: str) ->
         "contexts": [{"name": "decice-sim", "context": {"cluster": "decice-sim", "user": user}}],
         "current-context": "decice-sim",
     }
-    _write_private(path, yaml.safe_dump(config, sort_keys=False).encode())
+    atomicfile.write(path, yaml.safe_dump(config, sort_keys=False).encode())
     return path

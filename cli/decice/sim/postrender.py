@@ -58,6 +58,8 @@ from typing import Any
 
 import yaml
 
+from decice import atomicfile
+
 REPORT_ENV = "DECICE_POSTRENDER_REPORT"
 TARGET = "v1.20"
 
@@ -497,10 +499,8 @@ def report(result: Result) -> dict[str, Any]:
 
 
 def write_report(path: Path, data: dict[str, Any]) -> None:
-    """Write the report atomically (temporary file in the same directory, then rename)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    """Write the report (0644) atomically (:func:`decice.atomicfile.write`)."""
+    atomicfile.write(path, json.dumps(data, indent=1) + "\n", mode=0o644)
 
 
 # ------------------------------------------------------------------ entry point

@@ -17,7 +17,6 @@ import logging
 import os
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
@@ -25,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Generic, TypeVar
 
+from decice import atomicfile
 from decice.errors import RunFailedError
 
 log = logging.getLogger(__name__)
@@ -167,18 +167,8 @@ def tail(path: Path | str, lines: int = 40) -> str:
 
 
 def write_private(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically (a 0600 temp file, fsynced, renamed over
-    it: a symlink at ``path`` is replaced, never written through)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Replace ``path`` with ``text`` atomically, mode 0600 (:func:`decice.atomicfile.write`)."""
+    atomicfile.write(path, text)
 
 
 def settings_digest(settings: Mapping[str, Any]) -> str:
