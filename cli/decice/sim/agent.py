@@ -639,7 +639,7 @@ def _request(pod: Mapping[str, Any]) -> Resources:
 
 def write_status(path: Path, data: Mapping[str, Any]) -> None:
     """Write the status file (0644) atomically (:func:`decice.atomicfile.write`)."""
-    atomicfile.write(path, json.dumps(data, indent=1) + "\n", mode=0o644)
+    atomicfile.write(path, json.dumps(data, indent=1) + "\n")
 
 
 # ================================================================== entry points

@@ -500,7 +500,7 @@ def report(result: Result) -> dict[str, Any]:
 
 def write_report(path: Path, data: dict[str, Any]) -> None:
     """Write the report (0644) atomically (:func:`decice.atomicfile.write`)."""
-    atomicfile.write(path, json.dumps(data, indent=1) + "\n", mode=0o644)
+    atomicfile.write(path, json.dumps(data, indent=1) + "\n")
 
 
 # ------------------------------------------------------------------ entry point
