@@ -9,7 +9,8 @@ terminal and not being deleted, keyed by uid. A pod is in exactly one place:
 - ``unschedulable``: no node fitted; waits for a cluster event that may help (node
   added or changed, a counted pod deleted or finished) and then moves to backoff or
   active; a periodic flush (``flush_after``) moves it anyway, as a safety net;
-- ``in flight``: popped for a cycle or assumed with its bind under way.
+- ``in flight``: popped for a cycle, assumed with its bind under way, or reserved for
+  a pod group (``claim`` takes a queued pod there directly: see :mod:`.gang`).
 
 Everything runs on one asyncio loop (no locks); ``pop`` waits for work.
 """
@@ -160,6 +161,28 @@ class SchedulingQueue:
         if not times:
             return None
         return max(0.0, min(times)) + 0.001
+
+    def claim(self, uid: str) -> bool:
+        """Take a queued pod out of active/backoff/unschedulable into in flight (a gang
+        trial takes all pending members of a group at once). False: not queued."""
+        if uid not in self._pods:
+            return False
+        self._in_active.discard(uid)  # stale deque entries are skipped by pop
+        self._in_backoff.pop(uid, None)
+        self._unschedulable.pop(uid, None)
+        self._in_flight.add(uid)
+        return True
+
+    def prioritise(self, uids: Iterable[str]) -> None:
+        """Move these queued pods (not in flight) to the front of ``active``."""
+        for uid in reversed(list(uids)):
+            if uid not in self._pods or uid in self._in_flight:
+                continue
+            self._in_backoff.pop(uid, None)
+            self._unschedulable.pop(uid, None)
+            self._in_active.add(uid)
+            self._active.appendleft(uid)
+        self._wake.set()
 
     def done(self, uid: str) -> None:
         """Assumed and bound: leave it in flight until the watch shows it bound."""

@@ -58,6 +58,10 @@ class Sync:
         self.scheduler_name = scheduler_name
         self.watch_timeout = watch_timeout
         self.on_pod_gone = on_pod_gone
+        # every pod event (after state and queue applied it), and every full LIST: the
+        # gang placement's view of group members (decice_scheduler.gang)
+        self.on_pod_event: Callable[[str, Mapping[str, Any]], None] | None = None
+        self.on_pods_listed: Callable[[list[dict[str, Any]]], None] | None = None
         self.ready = asyncio.Event()
         self.relists = 0
         self.rounds = 0
@@ -102,6 +106,8 @@ class Sync:
         self.queue.replace(
             (pod_uid(p), p) for p in pods if wants_scheduling(p, self.scheduler_name)
         )
+        if self.on_pods_listed is not None:
+            self.on_pods_listed(pods)
         if result.deleted_pods or result.deleted_nodes:
             self.metrics.gap_deletions.labels("pods").inc(len(result.deleted_pods))
             self.metrics.gap_deletions.labels("nodes").inc(len(result.deleted_nodes))
@@ -215,6 +221,8 @@ class Sync:
                 self.queue.remove(uid)
         else:
             return
+        if self.on_pod_event is not None:
+            self.on_pod_event(kind, pod)
         if before is not None and self.state.pod_node(uid) is None:
             self.queue.cluster_changed()  # resources were freed
         self.metrics.pods.set(self.state.pod_count())
