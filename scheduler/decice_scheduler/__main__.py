@@ -17,9 +17,13 @@ import argparse
 import asyncio
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from decice_scheduler.debugaccess import TOKEN_ENV, load_token, require_token_off_loopback
 from decice_scheduler.profile import Profile, load_profile
+
+if TYPE_CHECKING:
+    from decice_scheduler.scores import ScoreSettings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -68,11 +72,68 @@ def _parser() -> argparse.ArgumentParser:
         "--watch-timeout", type=int, default=60, help="server-side watch timeout (seconds)"
     )
     parser.add_argument("--bind-concurrency", type=int, default=32)
-    parser.add_argument("--event-qps", type=float, default=5.0)
-    parser.add_argument("--event-burst", type=int, default=25)
+    parser.add_argument(
+        "--events",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="write Scheduled and FailedScheduling events (off the scheduling loop, "
+        "aggregated, rate-limited at --qps/--burst); --no-events writes none",
+    )
+    parser.add_argument(
+        "--event-queue-size",
+        type=int,
+        default=1000,
+        help="events waiting to be written; more are dropped (counted)",
+    )
+    parser.add_argument(
+        "--event-qps", type=float, default=5.0, help="new FailedScheduling events per second"
+    )
+    parser.add_argument(
+        "--event-burst", type=int, default=25, help="FailedScheduling events saved up"
+    )
+    parser.add_argument(
+        "--placement-scores",
+        action="store_true",
+        help="publish an OCM AddOnPlacementScore (cluster.open-cluster-management.io/v1alpha1) "
+        "with node- and cluster-scope cpu/memory/nvidia.com/gpu headroom scores",
+    )
+    parser.add_argument("--placement-scores-namespace", default="default")
+    parser.add_argument("--placement-scores-name", default="resource-usage-score")
+    parser.add_argument(
+        "--placement-scores-interval",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="scores are computed at most this often and written only when one changed",
+    )
+    parser.add_argument(
+        "--placement-scores-range",
+        action="append",
+        default=[],
+        metavar="RESOURCE=MIN:MAX",
+        help="normalisation range (cpu in cores, memory in MiB, nvidia.com/gpu in devices; "
+        "defaults cpu=0:100, memory=0:1048576, nvidia.com/gpu=0:20); repeatable",
+    )
     parser.add_argument("--max-backoff", type=float, default=10.0)
     parser.add_argument("--log-level", default="INFO")
     return parser
+
+
+def _score_settings(args: argparse.Namespace) -> ScoreSettings | None:
+    from decice_scheduler.scores import DEFAULT_RANGES, ScoreSettings, parse_range
+
+    ranges = dict(DEFAULT_RANGES)
+    for text in args.placement_scores_range:
+        resource, low, high = parse_range(text)
+        ranges[resource] = (low, high)
+    if not args.placement_scores:
+        return None
+    return ScoreSettings(
+        namespace=args.placement_scores_namespace,
+        name=args.placement_scores_name,
+        interval=args.placement_scores_interval,
+        ranges=ranges,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,6 +151,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.debug_audit_min_interval < 0:
         print("decice-scheduler: --debug-audit-min-interval must be >= 0", file=sys.stderr)
+        return 2
+    try:
+        scores = _score_settings(args)
+    except ValueError as exc:
+        print(f"decice-scheduler: --placement-scores-range {exc}", file=sys.stderr)
+        return 2
+    if args.placement_scores_interval <= 0 or args.event_queue_size < 1:
+        print(
+            "decice-scheduler: --placement-scores-interval must be > 0 and --event-queue-size >= 1",
+            file=sys.stderr,
+        )
         return 2
     try:
         token = load_token(args.debug_token_file, os.environ)
@@ -122,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         event_qps=args.event_qps,
         event_burst=args.event_burst,
         max_backoff=args.max_backoff,
+        events=args.events,
+        event_queue_size=args.event_queue_size,
+        placement_scores=scores,
     )
     try:
         scheduler = Scheduler(options, profile)

@@ -24,14 +24,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from decice_scheduler.audit import Auditor
-from decice_scheduler.binder import Binder, EventRecorder, TokenBucket
+from decice_scheduler.binder import Binder, TokenBucket
 from decice_scheduler.client import Client, load_kubeconfig
+from decice_scheduler.events import EventWriter
+from decice_scheduler.gang import GangScheduler
 from decice_scheduler.leader import LeaderElector
 from decice_scheduler.metrics import Metrics, MetricsServer
+from decice_scheduler.podgroup import PodGroupStore, PodGroupWatch
 from decice_scheduler.podinfo import PodInfo
 from decice_scheduler.profile import Profile
 from decice_scheduler.queue import SchedulingQueue
 from decice_scheduler.scheduling import schedule_one
+from decice_scheduler.scores import ScorePublisher, ScoreSettings
 from decice_scheduler.state import ClusterState
 from decice_scheduler.sync import Sync
 
@@ -61,6 +65,9 @@ class Options:
     event_qps: float = 5.0
     event_burst: int = 25
     max_backoff: float = 10.0
+    events: bool = True
+    event_queue_size: int = 1000
+    placement_scores: ScoreSettings | None = None  # None: not published
 
 
 class Scheduler:
@@ -81,6 +88,19 @@ class Scheduler:
             options.scheduler_name,
             watch_timeout=options.watch_timeout,
         )
+        config = self.client.config
+        events_agent = f"{options.scheduler_name}/decice-events"
+        self.events = EventWriter(
+            lambda: Client(config, user_agent=events_agent),
+            self.metrics,
+            options.scheduler_name,
+            qps=options.qps,
+            burst=options.burst,
+            failed_qps=options.event_qps,
+            failed_burst=options.event_burst,
+            queue_size=options.event_queue_size,
+            enabled=options.events,
+        )
         self.binder = Binder(
             self.client,
             self.state,
@@ -88,15 +108,34 @@ class Scheduler:
             self.metrics,
             TokenBucket(options.qps, options.burst),
             concurrency=options.bind_concurrency,
+            on_bound=self.events.scheduled,
         )
-        self.events = EventRecorder(
+        self.scores = (
+            ScorePublisher(
+                self.client,
+                self.state,
+                self.metrics,
+                options.placement_scores,
+                options.scheduler_name,
+                active=lambda: self.leading and self.is_ready(),
+            )
+            if options.placement_scores is not None
+            else None
+        )
+        # gang placement: groups of pods placed all or nothing (decice_scheduler.gang)
+        self.podgroups = PodGroupStore()
+        self.gang = GangScheduler(
+            self.state, self.queue, profile, self.binder, self.events, self.metrics, self.podgroups
+        )
+        self.podgroup_watch = PodGroupWatch(
             self.client,
-            self.metrics,
-            options.scheduler_name,
-            qps=options.event_qps,
-            burst=options.event_burst,
+            self.podgroups,
+            self.gang.podgroups_changed,
+            watch_timeout=options.watch_timeout,
         )
-        config = self.client.config
+        self.sync.on_pod_event = self.gang.observe
+        self.sync.on_pods_listed = self.gang.observe_list
+        self.binder.on_failed = self.gang.bind_failed
         agent = f"{options.scheduler_name}/decice-audit"
         self.auditor = Auditor(
             lambda: Client(config, user_agent=agent), self.state, self.sync, self.metrics
@@ -137,6 +176,7 @@ class Scheduler:
             "assumed": len(self.state.assumed_pods()),
             "relists": self.sync.relists,
             "queue": self.queue.depth(),
+            "gangs": self.gang.debug(),
             "usage": {
                 node: {"requested": u.requested.as_dict(), "pods": sorted(u.pods)}
                 for node, u in sorted(usage.items())
@@ -182,7 +222,12 @@ class Scheduler:
             asyncio.create_task(self.sync.run(), name="sync"),
             asyncio.create_task(self._main(), name="main"),
             asyncio.create_task(self._gauges(), name="gauges"),
+            asyncio.create_task(self.gang.run(), name="gang"),
+            asyncio.create_task(self.podgroup_watch.run(), name="podgroups"),
         ]
+        self.events.start()
+        if self.scores is not None:
+            tasks.append(asyncio.create_task(self.scores.run(), name="placement-scores"))
         if self.options.audit_interval > 0:
             tasks.append(
                 asyncio.create_task(
@@ -200,6 +245,7 @@ class Scheduler:
             task.cancel()
         await asyncio.gather(*tasks, stopper, return_exceptions=True)
         await self.binder.drain(timeout=5.0)
+        await asyncio.to_thread(self.events.stop, 5.0)
         if self.elector is not None:
             await self.elector.release()
         await self.client.close()
@@ -239,6 +285,7 @@ class Scheduler:
         profile = self.profile
         state = self.state
         queue = self.queue
+        gang = self.gang
         observe = self.metrics.algorithm_latency.observe
         observe_decision = self.metrics.decision_latency.observe
         observe_cpu = self.metrics.decision_cpu.observe
@@ -250,6 +297,11 @@ class Scheduler:
                 continue
             if state.pod_node(uid) is not None:
                 queue.done(uid)  # already counted; the watch will remove it from the queue
+                continue
+            if gang.handles(pod):  # a pod group member: its whole group is tried
+                start_index = gang.attempt(uid, pod, start_index)
+                self.cycles += 1
+                await asyncio.sleep(0)
                 continue
             began = time.perf_counter()
             began_cpu = thread_time()

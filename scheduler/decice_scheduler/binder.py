@@ -1,4 +1,4 @@
-"""Bind assumed pods asynchronously, and write FailedScheduling events.
+"""Bind assumed pods asynchronously (events: :mod:`decice_scheduler.events`).
 
 The scheduling loop has already called ``state.assume``; ``Binder.submit`` POSTs
 ``pods/NAME/binding`` with a ``metadata.uid`` precondition in the background (bounded
@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -26,7 +24,7 @@ from decice_scheduler.objects import pod_key, pod_uid
 from decice_scheduler.queue import SchedulingQueue
 from decice_scheduler.state import ClusterState
 
-__all__ = ["Binder", "EventRecorder", "TokenBucket"]
+__all__ = ["Binder", "TokenBucket"]
 
 log = logging.getLogger("decice_scheduler.binder")
 
@@ -62,10 +60,6 @@ class TokenBucket:
                 await asyncio.sleep((1 - self._tokens) / self.qps)
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 class Binder:
     def __init__(
         self,
@@ -76,8 +70,11 @@ class Binder:
         limiter: TokenBucket,
         *,
         concurrency: int = 32,
+        on_bound: Callable[[Mapping[str, Any], str], None] | None = None,
     ) -> None:
         self.client = client
+        self.on_bound = on_bound  # e.g. the Scheduled event; must not block
+        self.on_failed: Callable[[str], None] | None = None  # a gang's bookkeeping (uid)
         self.state = state
         self.queue = queue
         self.metrics = metrics
@@ -134,6 +131,8 @@ class Binder:
             if first is not None:
                 self.metrics.e2e_latency.observe(time.monotonic() - first)
             self.queue.done(uid)
+            if self.on_bound is not None:
+                self.on_bound(pod, node)
             return
         message = (reply or {}).get("message", "") if isinstance(reply, dict) else ""
         reason = {404: "not-found", 409: "conflict", 0: "transport"}.get(status, str(status))
@@ -147,81 +146,5 @@ class Binder:
         # re-check: the queue only still holds the pod if the watch says it is pending
         # and ours; otherwise it was deleted or bound, and the watch carries that news
         self.queue.requeue(uid, backoff=True)
-
-
-class EventRecorder:
-    """FailedScheduling events, rate-limited: at most one per pod per ``per_pod``
-    seconds, and a global token bucket; what exceeds it is dropped and counted."""
-
-    def __init__(
-        self,
-        client: Client,
-        metrics: Metrics,
-        component: str,
-        *,
-        qps: float = 5.0,
-        burst: int = 25,
-        per_pod: float = 60.0,
-    ) -> None:
-        self.client = client
-        self.metrics = metrics
-        self.component = component
-        self.bucket = TokenBucket(qps, burst)
-        self.per_pod = per_pod
-        self._last: dict[str, float] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def failed_scheduling(self, pod: Mapping[str, Any], message: str) -> None:
-        uid = pod_uid(pod)
-        now = time.monotonic()
-        last = self._last.get(uid)
-        if last is not None and now - last < self.per_pod:
-            return
-        if not self.bucket.try_acquire():
-            self.metrics.events_dropped.inc()
-            return
-        self._last[uid] = now
-        if len(self._last) > 100_000:
-            cutoff = now - self.per_pod
-            self._last = {k: v for k, v in self._last.items() if v >= cutoff}
-        task = asyncio.create_task(self._post(pod, message))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _post(self, pod: Mapping[str, Any], message: str) -> None:
-        meta = pod.get("metadata") or {}
-        ns, name = str(meta.get("namespace")), str(meta.get("name"))
-        stamp = _now()
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{name}.{secrets.token_hex(8)}", "namespace": ns},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": ns,
-                "name": name,
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "reason": "FailedScheduling",
-            "message": message,
-            "type": "Warning",
-            "source": {"component": self.component},
-            "reportingComponent": self.component,
-            "reportingInstance": self.component,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        try:
-            status, reply = await self.client.request(
-                "POST", f"/api/v1/namespaces/{quote(ns)}/events", body=body
-            )
-        except ApiError as exc:
-            log.debug("event for %s/%s not written: %s", ns, name, exc)
-            return
-        if status in (200, 201):
-            self.metrics.events.inc()
-        else:
-            log.debug("event for %s/%s not written: HTTP %s %s", ns, name, status, reply)
+        if self.on_failed is not None:
+            self.on_failed(uid)

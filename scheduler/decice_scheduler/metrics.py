@@ -119,14 +119,43 @@ class Metrics:
         self.watch_restarts = Counter(
             p + "watch_restarts", "Watch streams re-opened", ["resource"], registry=r
         )
-        self.events = Counter(p + "events", "FailedScheduling events written", registry=r)
+        self.events = Counter(
+            p + "events", "Event writes (creates and series updates) by reason", ["reason"],
+            registry=r,
+        )  # fmt: skip
         self.events_dropped = Counter(
-            p + "events_dropped", "FailedScheduling events skipped by the rate limit", registry=r
+            p + "events_dropped",
+            "Events not written: queue-full, rate-limit (FailedScheduling), write-error",
+            ["cause"],
+            registry=r,
+        )
+        self.scores_published = Counter(
+            p + "placement_scores_published", "AddOnPlacementScore status writes", registry=r
+        )
+        self.scores_seconds = Histogram(
+            p + "placement_scores_seconds",
+            "CPU time of one placement-score computation (the loop thread's)",
+            buckets=_DECISION_BUCKETS,
+            registry=r,
         )
         self.nodes = Gauge(p + "nodes", "Nodes in the state", registry=r)
         self.pods = Gauge(p + "pods", "Pods in the state", registry=r)
         self.leader = Gauge(p + "leader", "1 while this instance may schedule", registry=r)
         self.ready = Gauge(p + "ready", "1 once the initial lists are applied", registry=r)
+        self.gang_groups = Gauge(
+            p + "gang_groups", "Pod groups by state (waiting, placed)", ["state"], registry=r
+        )
+        self.gang_reserved = Gauge(
+            p + "gang_reserved_pods", "Group members reserved (assumed, not bound)", registry=r
+        )
+        self.gang_placed = Counter(
+            p + "gang_placed", "Pod groups placed (minMember fitted at once, binds issued)",
+            registry=r,
+        )  # fmt: skip
+        self.gang_timeouts = Counter(
+            p + "gang_timeouts", "Pod groups whose reservations were released at their timeout",
+            registry=r,
+        )  # fmt: skip
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
