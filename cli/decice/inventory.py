@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -142,13 +143,135 @@ def _ssh_args(loaded: LoadedSpec) -> str:
     return shlex.join(args)
 
 
+# ---------------------------------------------------------------- ssh host keys
+
+KNOWN_HOSTS = "known_hosts"  # <state_dir>/known_hosts: keys decice recorded (accept-new)
+
+
+def known_hosts_files(loaded: LoadedSpec) -> list[Path]:
+    """The files ssh checks host keys against: the state dir's (first: where accept-new
+    writes), then the user's ``~/.ssh/known_hosts``."""
+    return [loaded.state_dir.resolve() / KNOWN_HOSTS, Path.home() / ".ssh" / "known_hosts"]
+
+
+def _ssh_path(path: Path) -> str:
+    text = str(path)
+    if '"' in text or any(ord(ch) < 32 for ch in text):
+        raise InputError(
+            f"{text}: ssh cannot take this path for known hosts (a quote or control character)\n"
+            "    fix: keep the spec (and its .decice state dir) in a directory without quotes"
+        )
+    return f'"{text}"' if any(ch.isspace() for ch in text) else text
+
+
+def trust_options(loaded: LoadedSpec) -> list[str]:
+    """ssh options that make host-key trust explicit and never prompt.
+
+    UserKnownHostsFile = the state dir's known_hosts + ~/.ssh/known_hosts,
+    StrictHostKeyChecking = yes (``allocation.host_keys: strict``) or accept-new (a new
+    host's key is recorded, unhashed so the run record can name it, in the state dir's
+    file), BatchMode=yes (no password or passphrase prompt either).
+    """
+    files = " ".join(_ssh_path(p) for p in known_hosts_files(loaded))
+    options = [f"UserKnownHostsFile={files}"]
+    if loaded.spec.allocation.host_keys == "accept-new":
+        options += ["StrictHostKeyChecking=accept-new", "HashKnownHosts=no"]
+    else:
+        options += ["StrictHostKeyChecking=yes"]
+    options += ["BatchMode=yes"]
+    return [arg for option in options for arg in ("-o", option)]
+
+
+def _option_name(word: str) -> str:
+    """``StrictHostKeyChecking`` of ``-oStrictHostKeyChecking=yes`` / ``...Checking yes``."""
+    word = word[2:] if word.startswith("-o") else word
+    return re.split(r"[=\s]", word.strip(), maxsplit=1)[0].lower()
+
+
+def _with_trust(existing: str, trust: list[str]) -> str:
+    """``existing`` ssh args plus each trust option it does not set itself (ssh takes the
+    first value of an option, so a host's own setting - a lab's known_hosts - stays)."""
+    words = shlex.split(existing)
+    have = {_option_name(w) for w in words}
+    extra: list[str] = []
+    for flag, option in zip(trust[::2], trust[1::2], strict=True):
+        if option.split("=", 1)[0].lower() not in have:
+            extra += [flag, option]
+    return shlex.join([*words, *extra])
+
+
+def key_count(loaded: LoadedSpec) -> int:
+    """Lines of the state dir's known_hosts now (see :func:`host_key_notes`); with
+    accept-new the file is created 0600 first, so ssh appends to a private file."""
+    path = known_hosts_files(loaded)[0]
+    if loaded.spec.allocation.host_keys == "accept-new" and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.touch(mode=0o600)
+    return len(path.read_text(encoding="utf-8").splitlines()) if path.is_file() else 0
+
+
+def host_key_notes(loaded: LoadedSpec, before: int) -> list[str]:
+    """The run record's notes on host keys: with accept-new, which were recorded."""
+    if loaded.spec.allocation.host_keys != "accept-new":
+        return []
+    path = known_hosts_files(loaded)[0]
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    new = [line.split()[0] for line in lines[before:] if line.strip() and " " in line]
+    hosts = sorted(set(new))
+    recorded = f"recorded {len(new)} new host key(s) of {', '.join(hosts)}" if new else "no new key"
+    return [f"allocation.host_keys: accept-new - {recorded} in {path} (trusted from now on)"]
+
+
+# ---------------------------------------------------------------- the inventory
+
+
+def check_kubespray_names(loaded: LoadedSpec, groups: dict[str, list[str]]) -> None:
+    """Refuse (exit 2) cluster host names Kubespray's "Stop if bad hostname" rejects."""
+    from decice.allocation import checks
+
+    names = dict.fromkeys(h for g in ("kube_control_plane", "etcd", "kube_node") for h in groups[g])
+    bad = [name for name in names if checks.kubespray_host_name_problem(name)]
+    if not bad:
+        return
+    from decice import spec as specs
+    from decice import yamlpos
+
+    spec_hosts = [h.name for h in loaded.spec.hosts]
+    issues = []
+    for name in bad:
+        problem = checks.kubespray_host_name_problem(name) or ""
+        if name in spec_hosts and loaded.source is not None:
+            path = ("hosts", spec_hosts.index(name), "name")
+            pos = yamlpos.load(loaded.text).locate(path)
+            issues.append(
+                specs.SpecIssue(
+                    loaded.label,
+                    pos.line,
+                    pos.column,
+                    f"hosts[{path[1]}].name",
+                    f"{checks.shown(name)}: {problem}",
+                    checks.KUBESPRAY_HOSTNAME_FIX,
+                )
+            )
+        else:
+            raise InputError(
+                f"host {checks.shown(name)} (allocation {loaded.spec.target}): {problem}\n"
+                f"    fix: {checks.KUBESPRAY_HOSTNAME_FIX}"
+            )
+    raise specs.SpecError(issues)
+
+
 def build(loaded: LoadedSpec, allocation: Allocation | None) -> dict[str, Any]:
     """The inventory as a YAML-ready dict."""
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     children: dict[str, Any] = {group: {"hosts": {}} for group in GROUPS}
     hostvars: dict[str, dict[str, Any]] = {"localhost": local}
     if allocation is not None:
+        from decice import targets
+
         groups = assign_roles(allocation.machines, loaded.spec.allocation)
+        if targets.get(loaded.spec.target).uses_kubespray:
+            check_kubespray_names(loaded, groups)
         for machine in allocation.machines:
             hv: dict[str, Any] = {
                 key: unsafe(value)
@@ -156,14 +279,19 @@ def build(loaded: LoadedSpec, allocation: Allocation | None) -> dict[str, Any]:
             }
             if machine.address:
                 hv.setdefault("ansible_host", Unsafe(machine.address))
-                hv.setdefault("ip", Unsafe(machine.address))
+            if machine.ip:
+                hv.setdefault("ip", Unsafe(machine.ip))
             if hv.get("ansible_connection") == "local":
                 hv.setdefault("ansible_python_interpreter", sys.executable)
             hostvars[machine.name] = hv
         ssh_args = _ssh_args(loaded)
-        if ssh_args:
-            for name in (m.name for m in allocation.machines):
-                hostvars[name].setdefault("ansible_ssh_common_args", Unsafe(ssh_args))
+        trust = trust_options(loaded)
+        for name in (m.name for m in allocation.machines):
+            hv = hostvars[name]
+            if hv.get("ansible_connection") in {"local", "podman", "docker"}:
+                continue
+            common = str(hv.get("ansible_ssh_common_args", ssh_args))
+            hv["ansible_ssh_common_args"] = Unsafe(_with_trust(common, trust))
         for group in GROUPS:
             children[group] = {"hosts": dict.fromkeys(groups[group])}
     children["k8s_cluster"] = {"children": {"kube_control_plane": {}, "kube_node": {}}}

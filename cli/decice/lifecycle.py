@@ -220,6 +220,7 @@ def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -
             record.notes.append(f"took over a stale lock of {lock.took_over.describe()}")
         record.notes.extend(lock.notes)  # state dir modes set back to 0700
         segment: list[str] = []
+        keys_before = inventory.key_count(loaded)  # host keys accept-new will record
         try:
             view.start(record)
             if target.creates_hosts and command == "up" and not options.check:
@@ -253,6 +254,7 @@ def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -
                 for phase in record.phases:
                     if phase.status == "pending":
                         phase.status = "not run"
+                record.notes.extend(inventory.host_key_notes(loaded, keys_before))
                 if record.status != "interrupted":
                     conclude(record)
                 record.ended = records.now()

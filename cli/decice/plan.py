@@ -106,6 +106,8 @@ def render(data: dict[str, Any], console: Console) -> None:
             f"source: {kubespray['source']['origin']} {kubespray['source']['location']})"
         )
         console.print("  " + " ".join(str(a) for a in cluster["argv"]), soft_wrap=True)
+        if kubespray.get("registry"):
+            console.print(f"  image registry: {kubespray['registry']}", soft_wrap=True)
     if data.get("sim_binaries"):
         table = Table(
             box=None, header_style="bold", title="sim control plane", title_justify="left"

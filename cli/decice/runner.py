@@ -114,7 +114,10 @@ def ansible_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_NOCOLOR": "True",
         "ANSIBLE_INTERPRETER_PYTHON": "auto_silent",
-        "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING", "True"),
+        # always on: the inventory's ssh options say which keys are trusted
+        # (decice.inventory.trust_options); an inherited "False" would add
+        # StrictHostKeyChecking=no ahead of them
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
         "PATH": os.pathsep.join([bindir, os.environ.get("PATH", "")]),
     }
     env.update(extra or {})
@@ -143,6 +146,23 @@ def failure_message(res: Mapping[str, Any]) -> str:
             return failure_message(item)
     rc = res.get("rc")
     return f"failed with return code {rc}" if rc is not None else "failed (no message)"
+
+
+HOST_KEY_FAILURES = ("Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED")
+
+
+def host_key_hint(host: str, message: str) -> str:
+    """``message`` plus the fix when ssh refused ``host`` for its host key."""
+    if not any(text in message for text in HOST_KEY_FAILURES):
+        return message
+    return (
+        f"{message}\n"
+        f"    {host}: its ssh host key is not known (or changed); decice never accepts a key "
+        "silently\n"
+        f"    fix: check the key's fingerprint and add it to ~/.ssh/known_hosts (ssh-keyscan "
+        f"<{host}'s address> >> ~/.ssh/known_hosts), or set allocation.host_keys: accept-new "
+        "in the spec to record keys on first contact"
+    )
 
 
 class _Translator:
@@ -174,7 +194,8 @@ class _Translator:
             ignored = bool(data.get("ignore_errors"))
             return HostResult(self.phase, host, task, "failed", failure_message(res), ignored)
         if name == "runner_on_unreachable":
-            return HostResult(self.phase, host, task, "unreachable", failure_message(res))
+            message = failure_message(res)
+            return HostResult(self.phase, host, task, "unreachable", host_key_hint(host, message))
         if name == "runner_on_skipped":
             return HostResult(self.phase, host, task, "skipped")
         if name == "playbook_on_stats":

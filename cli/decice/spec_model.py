@@ -58,11 +58,24 @@ class HostSpec(_Model):
         default_factory=list
     )
     vars: dict[str, object] = Field(default_factory=dict)
+    # the internal address Kubespray binds the node's services to (its `ip`); unset:
+    # Kubespray takes the address of the host's default route (docs/kubespray.md)
+    ip: str | None = None
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
         return _host_name(value)
+
+    @field_validator("ip")
+    @classmethod
+    def _ip(cls, value: str | None) -> str | None:
+        if value is not None and not checks.is_ip(value):
+            raise _invalid(
+                f"{checks.shown(value)}: not an IP address",
+                "give the node's internal IPv4/IPv6 address (or leave ip out)",
+            )
+        return value
 
     @field_validator("address")
     @classmethod
@@ -87,6 +100,9 @@ class AllocationSpec(_Model):
     jump_host: str | None = None
     ssh_config: str | None = None
     hosts_file: str | None = None
+    # ssh host keys: strict = only keys already known (~/.ssh/known_hosts or the state
+    # dir's known_hosts); accept-new = record a host's key on first contact (state dir)
+    host_keys: Literal["strict", "accept-new"] = "strict"
     vars: dict[str, object] = Field(
         default_factory=dict, description="Ansible variables for every allocated host"
     )
@@ -136,6 +152,17 @@ class KubernetesSpec(_Model):
     kubespray_tag: str | None = None
     container_runtime: Literal["containerd"] = "containerd"
     cni: Literal["calico", "flannel", "cilium"] = "calico"
+    # set: Kubespray downloads each file once and shares it through this directory on
+    # the controller (relative to the spec's directory); docs/kubespray.md
+    download_cache_dir: str | None = None
+
+    @field_validator("download_cache_dir")
+    @classmethod
+    def _cache_dir(cls, value: str | None) -> str | None:
+        problem = None if value is None else checks.path_problem(value)
+        if problem:
+            raise _invalid(f"{checks.shown(value)}: {problem}", checks.PATH_FIX)
+        return value
 
 
 class AddonSpec(_Model):
@@ -173,6 +200,46 @@ class SchedulerSpec(_Model):
     config: dict[str, object] = Field(default_factory=dict)
 
 
+_REGISTRY_URL = re.compile(
+    r"^(https?)://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[^\s]*)?$"
+)
+
+
+class RegistrySpec(_Model):
+    """The site's container registry mirror (Kubespray's images; containerd pulls from it)."""
+
+    url: str  # http://host:port (plain HTTP) or https://host[:port]
+    ca: str | None = None  # CA file on every node for a self-signed https registry
+    skip_verify: bool = False  # https without certificate verification
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not _REGISTRY_URL.match(value):
+            raise _invalid(
+                f"{checks.shown(value)}: not an http(s)://host[:port][/path] URL",
+                "write the registry with its scheme, e.g. http://registry.local:5000",
+            )
+        return value.rstrip("/")
+
+    @field_validator("ca")
+    @classmethod
+    def _ca(cls, value: str | None) -> str | None:
+        problem = None if value is None else checks.path_problem(value)
+        if problem or (value is not None and not value.startswith("/")):
+            raise _invalid(
+                f"{checks.shown(value)}: {problem or 'not an absolute path'}",
+                "give the absolute path of the CA file on the nodes, e.g. /etc/ssl/mirror-ca.pem",
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _tls(self) -> RegistrySpec:
+        if self.url.startswith("http://") and (self.ca or self.skip_verify):
+            raise ValueError("ca and skip_verify apply to an https:// registry only")
+        return self
+
+
 class MirrorSpec(_Model):
     """Where to fetch artifacts when the sites' upstreams are unreachable."""
 
@@ -181,6 +248,13 @@ class MirrorSpec(_Model):
     # Fetch the Kubespray source from an http:// mirror.url (refused otherwise; the tree is
     # still checked against the pinned digest, and the run record carries a warning).
     allow_insecure_http: bool = False
+    # the container registry Kubespray's images come from (else `registry:` of mirror.yml)
+    registry: RegistrySpec | None = None
+
+    @field_validator("registry", mode="before")
+    @classmethod
+    def _registry_short(cls, value: object) -> object:
+        return {"url": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _one(self) -> MirrorSpec:

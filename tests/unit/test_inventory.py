@@ -104,7 +104,8 @@ def test_static_inventory_with_jump_host(tmp_path: Path) -> None:
     inv = inventory.build(loaded, inventory.allocate(loaded))
     hosts = inv["all"]["hosts"]
     assert hosts["a"]["ansible_host"] == "10.1.0.1"
-    assert hosts["b"]["ansible_ssh_common_args"] == "-o ProxyJump=login01"
+    trust = shlex.join(inventory.trust_options(loaded))
+    assert hosts["b"]["ansible_ssh_common_args"] == f"-o ProxyJump=login01 {trust}"
     assert inventory.host_roles(inv)["a"] == ["kube_control_plane", "etcd"]
     assert inventory.host_roles(inv)["b"] == ["kube_node"]
     sha = inventory.write(inv, tmp_path / "run" / "inventory.yml")
@@ -176,7 +177,13 @@ def test_ssh_options_are_quoted_arguments(tmp_path: Path) -> None:
     args = inventory.build(loaded, inventory.allocate(loaded))["all"]["hosts"]["a"][
         "ansible_ssh_common_args"
     ]
-    assert shlex.split(args) == ["-F", str(config), "-o", "ProxyJump=hpc@login01:2222,[fd00::1]:22"]
+    assert shlex.split(args) == [
+        "-F",
+        str(config),
+        "-o",
+        "ProxyJump=hpc@login01:2222,[fd00::1]:22",
+        *inventory.trust_options(loaded),
+    ]
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import ssl
 import stat
 from pathlib import Path
@@ -43,17 +44,22 @@ def _decice_inventory(loaded: spec.LoadedSpec) -> dict:
     return inventory.build(loaded, inventory.allocate(loaded))
 
 
+def _trust(loaded: spec.LoadedSpec) -> str:
+    return shlex.join(inventory.trust_options(loaded))
+
+
 def test_inventory_keeps_cluster_hosts_in_kubespray_groups(tmp_path):
-    hosts = render.inventory(_decice_inventory(_loaded(tmp_path)))
+    loaded = _loaded(tmp_path)
+    hosts = render.inventory(_decice_inventory(loaded))
     root = hosts["all"]
     assert list(root["hosts"]) == ["cp1", "w1", "w2"]  # edge host e1 and localhost left out
-    assert root["hosts"]["cp1"] == {
-        "ansible_host": "192.0.2.10",
-        "ip": "192.0.2.10",
-        "access_ip": "192.0.2.10",
+    # `ip` is not the ssh address unless given: Kubespray takes its default route's address
+    trust = _trust(loaded)
+    assert root["hosts"]["cp1"] == {"ansible_host": "192.0.2.10", "ansible_ssh_common_args": trust}
+    assert root["hosts"]["w2"] == {
+        "ansible_host": "node-w2.example",
+        "ansible_ssh_common_args": trust,
     }
-    # a host-name address cannot be Kubespray's bind `ip`: left to Kubespray's default route
-    assert root["hosts"]["w2"] == {"ansible_host": "node-w2.example"}
     assert root["children"] == {
         "kube_control_plane": {"hosts": {"cp1": None}},
         "etcd": {"hosts": {"cp1": None}},
@@ -75,7 +81,8 @@ def test_ssh_settings_and_explicit_vars_pass_through(tmp_path):
     hosts = render.inventory(_decice_inventory(_loaded(tmp_path, text)))
     w1 = hosts["all"]["hosts"]["w1"]
     assert w1["ansible_user"] == "hpc"
-    assert w1["ansible_ssh_common_args"] == f"-F {cfg} -o ProxyJump=login1"
+    loaded = _loaded(tmp_path, text)
+    assert w1["ansible_ssh_common_args"] == f"-F {cfg} -o ProxyJump=login1 " + _trust(loaded)
 
 
 def test_explicit_non_ip_bind_address_is_an_error():
@@ -145,6 +152,7 @@ def test_group_vars_offline_from_a_mirror(tmp_path):
         artifacts_dir=tmp_path / "art",
         mirror=mirror,
         download_cache_dir=tmp_path / "dl",
+        registry=render.registry_of(None, mirror),
     )
     values = render.group_vars(settings)["all"]
     files = f"file://{tmp_path}/files"
@@ -157,6 +165,19 @@ def test_group_vars_offline_from_a_mirror(tmp_path):
     assert values["registry_host"] == "registry.local:5000"
     for repo in render.IMAGE_REPOS:
         assert values[repo] == "registry.local:5000"
+    # mirror.yml names no scheme: containerd talks https to it, verified
+    assert values["containerd_registries_mirrors"] == [
+        {
+            "prefix": "registry.local:5000",
+            "mirrors": [
+                {
+                    "host": "https://registry.local:5000",
+                    "capabilities": ["pull", "resolve"],
+                    "skip_verify": False,
+                }
+            ],
+        }
+    ]
     assert values["download_run_once"] is True  # Kubespray asserts it is a real bool
     assert values["download_localhost"] is False
     assert values["download_cache_dir"] == str(tmp_path / "dl")

@@ -13,6 +13,7 @@ class Machine:
     address: str | None = None
     roles: tuple[str, ...] = ()
     vars: dict[str, object] = field(default_factory=dict)
+    ip: str | None = None  # internal address for Kubespray's `ip` (None: Kubespray detects)
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,38 @@ def address_problem(address: object) -> str | None:
     return None if problem is None else f"neither an IP address nor a DNS name: {problem}"
 
 
+def is_ip(value: object) -> bool:
+    """Is ``value`` an IPv4 or IPv6 address (no zone, no DNS name)?"""
+    try:
+        ipaddress.ip_address(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+#: Kubespray v2.29.1's "Stop if bad hostname" (roles/kubernetes/preinstall/tasks/
+#: 0040-verify-settings.yml:78-82): inventory_hostname is match(...) - lower case only
+KUBESPRAY_HOSTNAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+KUBESPRAY_HOSTNAME_WHERE = (
+    'Kubespray v2.29.1 roles/kubernetes/preinstall/tasks/0040-verify-settings.yml:78 "Stop if '
+    'bad hostname"'
+)
+KUBESPRAY_HOSTNAME_FIX = (
+    "Kubernetes node names are lower case: rename the host (or give it a lower-case alias "
+    "in allocation.ssh_config)"
+)
+
+
+def kubespray_host_name_problem(name: str) -> str | None:
+    """None when Kubespray accepts ``name`` as a node's inventory name, else why not."""
+    if KUBESPRAY_HOSTNAME.match(name):
+        return None
+    return (
+        "Kubespray refuses it: lower-case letters, digits, '-' and '.' only, starting and "
+        f"ending with a letter or digit ({KUBESPRAY_HOSTNAME_WHERE})"
+    )
+
+
 def user_problem(user: object) -> str | None:
     """None when ``user`` is a plain login name (it reaches ssh's ``-o User=``)."""
     if not isinstance(user, str) or not _USER.fullmatch(user):

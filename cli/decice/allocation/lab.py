@@ -21,7 +21,7 @@ def _machines(info: object) -> tuple[Machine, ...]:
         # lab nodes share this machine's kernel: no vm./kernel. sysctls, no swapoff
         "prepare_kernel_wide": False,
     }
-    return tuple(Machine(node.name, node.ip, (), dict(common)) for node in info.nodes)
+    return tuple(Machine(node.name, node.ip, (), dict(common), node.ip) for node in info.nodes)
 
 
 def planned(spec: LabSpec, state_root: Path) -> Allocation:

@@ -48,7 +48,7 @@ def read_hosts_file(path: Path) -> list[Machine]:
 
 def from_spec(spec: Spec, base: Path) -> Allocation:
     """The spec's ``hosts`` (checked by the spec model) plus those of its hosts file."""
-    machines = [Machine(h.name, h.address, tuple(h.roles), dict(h.vars)) for h in spec.hosts]
+    machines = [Machine(h.name, h.address, tuple(h.roles), dict(h.vars), h.ip) for h in spec.hosts]
     if spec.allocation.hosts_file:
         path = Path(spec.allocation.hosts_file)
         path = path if path.is_absolute() else base / path

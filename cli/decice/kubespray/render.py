@@ -16,6 +16,12 @@ group_vars/all/decice.yml
                             roles/kubespray_defaults/defaults/main/download.yml
   download_run_once, download_localhost, download_cache_dir
                             roles/kubespray_defaults/defaults/main/download.yml
+  containerd_registries_mirrors
+                            roles/container-engine/containerd/defaults/main.yml:59
+  kubelet_fail_swap_on, kubelet_protect_kernel_defaults, kube_proxy_mode,
+  enable_nodelocaldns       roles/kubespray_defaults/defaults/main/main.yml:21,591,31,138
+                            (hosts sharing the controller's kernel: see KERNEL_SHARED)
+  cilium_extra_values       roles/network_plugin/cilium/defaults/main.yml:368 (edge affinity)
 group_vars/k8s_cluster/decice.yml
   kube_network_plugin       roles/kubespray_defaults/defaults/main/main.yml
   kubeconfig_localhost, artifacts_dir
@@ -27,8 +33,8 @@ sample) so that etcd-only hosts derive the same etcd version and runtime.
 
 from __future__ import annotations
 
-import ipaddress
 import sys
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +42,7 @@ from typing import Any
 import yaml
 
 from decice import atomicfile
+from decice.allocation import checks
 from decice.errors import InputError
 from decice.mirror import Mirror
 
@@ -56,6 +63,80 @@ IMAGE_REPOS = (
     "docker_image_repo",
     "quay_image_repo",
 )
+# Hosts that share the kernel of the machine running them (lab nodes: privileged
+# containers) or say prepare_kernel_wide: false: Kubespray must not change kernel-wide
+# settings there. Each variable and the tasks of Kubespray v2.29.1 it switches off:
+KERNEL_SHARED: dict[str, Any] = {
+    # roles/kubernetes/preinstall/tasks/main.yml:3-7 -> 0010-swapoff.yml:10-26 (fstab swap
+    # entries removed, swap.target masked, swapoff -a); kubelet's failSwapOn
+    "kubelet_fail_swap_on": False,
+    # roles/kubernetes/preinstall/tasks/0080-system-configurations.yml:111-126
+    # (kernel.keys.root_maxbytes/maxkeys, kernel.panic, kernel.panic_on_oops,
+    # vm.overcommit_memory, vm.panic_on_oom); kubelet's protectKernelDefaults
+    "kubelet_protect_kernel_defaults": False,
+    # roles/kubernetes/node/tasks/main.yml:111-142 (modprobe ip_vs*, nf_conntrack, nf_tables)
+    "kube_proxy_mode": "iptables",
+    # roles/kubernetes/preinstall/tasks/0080-system-configurations.yml:128-133 (modprobe dummy)
+    "enable_nodelocaldns": False,
+}
+EDGE_LABEL = "node-role.kubernetes.io/edge"
+_NOT_EDGE = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": EDGE_LABEL, "operator": "DoesNotExist"}]}
+            ]
+        }
+    }
+}
+
+
+@dataclass(frozen=True)
+class Registry:
+    """The registry Kubespray's images come from: ``host[:port][/path]`` plus how to reach it."""
+
+    host: str  # registry_host: what image names start with
+    url: str | None = None  # http(s)://host[:port] containerd talks to (None: https://host)
+    ca: str | None = None  # CA file on the nodes (self-signed https)
+    skip_verify: bool = False
+
+    def containerd_mirrors(self) -> list[dict[str, Any]]:
+        """``containerd_registries_mirrors`` (Kubespray's hosts.toml.j2 per prefix)."""
+        prefix = self.host.split("/", 1)[0]
+        mirror: dict[str, Any] = {
+            "host": self.url or f"https://{prefix}",
+            "capabilities": ["pull", "resolve"],
+            "skip_verify": self.skip_verify,
+        }
+        if self.ca:
+            mirror["ca"] = [self.ca]
+        return [{"prefix": prefix, "mirrors": [mirror]}]
+
+
+def registry_of(spec_mirror: Any, mirror: Mirror | None) -> Registry | None:
+    """The spec's ``mirror.registry`` (a URL), else ``registry:`` of the mirror's mirror.yml."""
+    spec_registry = getattr(spec_mirror, "registry", None)
+    if spec_registry is not None:
+        parts = urllib.parse.urlsplit(spec_registry.url)
+        host = parts.netloc + parts.path.rstrip("/")
+        url = f"{parts.scheme}://{parts.netloc}"
+        return Registry(host, url, spec_registry.ca, spec_registry.skip_verify)
+    if mirror is None:
+        return None
+    listed = mirror.settings().get("registry")
+    return Registry(str(listed)) if listed else None
+
+
+def kernel_shared(hosts: dict[str, Any], target: str) -> bool:
+    """Do Kubespray's hosts share a kernel decice must not change (lab, or a host with
+    ``prepare_kernel_wide: false``)?"""
+    if target == "lab":
+        return True
+    for hv in hosts["all"]["hosts"].values():
+        value = (hv or {}).get("prepare_kernel_wide", True)
+        if str(value).strip().lower() in {"false", "no", "off", "0"}:
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -67,8 +148,10 @@ class ClusterSettings:
     network_plugin: str = "calico"
     artifacts_dir: Path | None = None
     files_repo: str | None = None  # offline files base URL
-    registry: str | None = None  # offline image registry host[:port][/path]
+    registry: Registry | None = None  # offline image registry
     download_cache_dir: Path | None = None  # set: download once, share to the other nodes
+    kernel_shared: bool = False  # KERNEL_SHARED: leave swap, kernel.*/vm.*, modules alone
+    edge_exclusion: bool = False  # KubeEdge on: cilium's pods stay off edge nodes
 
     def validate(self) -> None:
         version = self.kube_version
@@ -95,32 +178,28 @@ def settings_for(
     artifacts_dir: Path,
     mirror: Mirror | None,
     download_cache_dir: Path | None = None,
+    registry: Registry | None = None,
+    kernel_shared: bool = False,
+    edge_exclusion: bool = False,
 ) -> ClusterSettings:
     """ClusterSettings from the spec's ``kubernetes`` block and the resolved mirror."""
-    registry = None
-    files_repo = None
-    if mirror is not None:
-        files_repo = mirror.files_repo()
-        registry = mirror.settings().get("registry")
     settings = ClusterSettings(
         kube_version=kube_version.lstrip("v"),
         container_manager=spec_kubernetes.container_runtime,
         network_plugin=spec_kubernetes.cni,
         artifacts_dir=artifacts_dir,
-        files_repo=files_repo,
+        files_repo=mirror.files_repo() if mirror is not None else None,
         registry=registry,
         download_cache_dir=download_cache_dir,
+        kernel_shared=kernel_shared,
+        edge_exclusion=edge_exclusion,
     )
     settings.validate()
     return settings
 
 
 def _is_ip(value: object) -> bool:
-    try:
-        ipaddress.ip_address(str(value))
-    except ValueError:
-        return False
-    return True
+    return checks.is_ip(value)
 
 
 def inventory(decice_inventory: dict[str, Any]) -> dict[str, Any]:
@@ -151,6 +230,12 @@ def inventory(decice_inventory: dict[str, Any]) -> dict[str, Any]:
             "not both\n    fix: remove the edge role (or the cluster roles) of these hosts"
         )
     cluster_hosts = list(dict.fromkeys(h for g in KUBESPRAY_GROUPS for h in members[g]))
+    for name in cluster_hosts:
+        problem = checks.kubespray_host_name_problem(name)
+        if problem:
+            raise InputError(
+                f"host {checks.shown(name)}: {problem}\n    fix: {checks.KUBESPRAY_HOSTNAME_FIX}"
+            )
     hostvars_in = root.get("hosts") or {}
     hosts: dict[str, dict[str, Any]] = {}
     for name in cluster_hosts:
@@ -158,6 +243,10 @@ def inventory(decice_inventory: dict[str, Any]) -> dict[str, Any]:
     groups: dict[str, Any] = {
         group: {"hosts": dict.fromkeys(members[group])} for group in KUBESPRAY_GROUPS
     }
+    if not members["etcd"]:
+        # as Kubespray's sample inventory ([etcd:children] kube_control_plane): an empty
+        # etcd group stops validate_inventory ("Group 'etcd' cannot be empty ...")
+        groups["etcd"] = {"children": {"kube_control_plane": {}}}
     groups["k8s_cluster"] = {"children": {"kube_control_plane": {}, "kube_node": {}}}
     return {"all": {"hosts": hosts, "children": groups}}
 
@@ -204,14 +293,24 @@ def group_vars(settings: ClusterSettings) -> dict[str, dict[str, Any]]:
         for var, host in BASE_URLS.items():
             all_vars[var] = f"{base}/{host}"
     if settings.registry:
-        all_vars["registry_host"] = settings.registry
+        all_vars["registry_host"] = settings.registry.host
         for var in IMAGE_REPOS:
-            all_vars[var] = settings.registry
+            all_vars[var] = settings.registry.host
+        all_vars["containerd_registries_mirrors"] = settings.registry.containerd_mirrors()
     if settings.download_cache_dir is not None:
         all_vars["download_run_once"] = True
         all_vars["download_localhost"] = False
         all_vars["download_cache_dir"] = str(settings.download_cache_dir)
+    if settings.kernel_shared:
+        all_vars.update(KERNEL_SHARED)
     cluster_vars: dict[str, Any] = {"kube_network_plugin": settings.network_plugin}
+    if settings.edge_exclusion and settings.network_plugin == "cilium":
+        # the cilium chart takes the affinity itself (agent and envoy), so a re-apply
+        # keeps it; edge.py still patches every DaemonSet after cluster.yml
+        cluster_vars["cilium_extra_values"] = {
+            "affinity": _NOT_EDGE,
+            "envoy": {"affinity": _NOT_EDGE},
+        }
     if settings.artifacts_dir is not None:
         cluster_vars["kubeconfig_localhost"] = True
         cluster_vars["artifacts_dir"] = str(settings.artifacts_dir)

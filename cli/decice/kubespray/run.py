@@ -34,6 +34,11 @@ if TYPE_CHECKING:
 
 SUBDIR = "kubespray"
 OPTIONS = ("--become",)
+# Kubespray's ansible.cfg ssh_args without its `-o UserKnownHostsFile=/dev/null`, which
+# would hide every known key (each host "unknown": a prompt or a failure). The hosts'
+# ansible_ssh_common_args carry decice's known_hosts files, StrictHostKeyChecking and
+# BatchMode (decice.inventory.trust_options); ssh takes the first value of an option.
+SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=30m -o ConnectionAttempts=100"
 RESET_EXTRAVARS = {"reset_confirmation": "yes"}  # playbooks/reset.yml: skips the prompt
 MAX_FAILURES_SHOWN = 5
 
@@ -78,6 +83,7 @@ def invocation(playbook: str, checkout: Path, env_path: Path, inventory_path: Pa
         "ANSIBLE_CONFIG": str(checkout / "ansible.cfg"),
         "VIRTUAL_ENV": str(env_path),  # ansible.cfg's roles_path mentions $VIRTUAL_ENV
         "PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")]),
+        "ANSIBLE_SSH_ARGS": SSH_ARGS,
     }
     extravars = dict(RESET_EXTRAVARS) if playbook == "reset.yml" else {}
     return Invocation(
@@ -125,6 +131,40 @@ def spec_mirror(loaded: LoadedSpec) -> mirrors.Mirror | None:
     return mirrors.from_spec(loaded.spec.mirror, base)
 
 
+def cache_dir_of(loaded: LoadedSpec) -> Path | None:
+    """``kubernetes.download_cache_dir`` as an absolute path (relative: to the spec's dir)."""
+    value = loaded.spec.kubernetes.download_cache_dir
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    base = loaded.source.parent if loaded.source else Path.cwd()
+    return (path if path.is_absolute() else base / path).resolve()
+
+
+def settings_of(
+    loaded: LoadedSpec,
+    hosts: dict[str, Any],
+    mirror: mirrors.Mirror | None,
+    kube_version: str,
+    artifacts_dir: Path,
+    download_cache_dir: Path | None = None,
+    *,
+    read_mirror_yml: bool = True,
+) -> render.ClusterSettings:
+    """What decice decides for Kubespray from the spec, the mirror and the hosts."""
+    spec = loaded.spec
+    return render.settings_for(
+        spec.kubernetes,
+        kube_version,
+        artifacts_dir=artifacts_dir,
+        mirror=mirror,
+        download_cache_dir=download_cache_dir or cache_dir_of(loaded),
+        registry=render.registry_of(spec.mirror, mirror if read_mirror_yml else None),
+        kernel_shared=render.kernel_shared(hosts, spec.target),
+        edge_exclusion=spec.addons.kubeedge.enabled,
+    )
+
+
 def check_kube_version(checkout: Path, kube_version: str) -> None:
     known = source.kube_versions(checkout)
     if kube_version in known:
@@ -152,12 +192,8 @@ def prepare(
     mirror = spec_mirror(loaded)
     hosts = render.inventory(decice_inventory)  # bad input fails before any download
     work_dir = run_dir / SUBDIR
-    settings = render.settings_for(
-        loaded.spec.kubernetes,
-        kube_version,
-        artifacts_dir=work_dir / "artifacts",
-        mirror=mirror,
-        download_cache_dir=download_cache_dir,
+    settings = settings_of(
+        loaded, hosts, mirror, kube_version, work_dir / "artifacts", download_cache_dir
     )
     progress(f"kubespray {pinned.tag}: source")
     src = source.ensure(pinned, mirror, source.explicit_dir(explicit_checkout))
@@ -359,18 +395,21 @@ def describe(loaded: LoadedSpec, decice_inventory: dict[str, Any]) -> dict[str, 
     mirror = spec_mirror(loaded)
     hosts = render.inventory(decice_inventory)
     work = Path("<run>") / SUBDIR
-    registry = None
-    if mirror is not None and mirror.is_local:
-        registry = mirror.settings().get("registry")
-    settings = render.ClusterSettings(
-        kube_version=kube_version,
-        container_manager=loaded.spec.kubernetes.container_runtime,
-        network_plugin=loaded.spec.kubernetes.cni,
-        artifacts_dir=work / "artifacts",
-        files_repo=mirror.files_repo() if mirror else None,
-        registry=registry,
+    # mirror.yml is read for a URL mirror too (a small file): plan shows what up uses
+    registry_note = ""
+    try:
+        settings = settings_of(loaded, hosts, mirror, kube_version, work / "artifacts")
+    except mirrors.MirrorError as exc:
+        registry_note = f"unknown: {exc}"
+        settings = settings_of(
+            loaded, hosts, mirror, kube_version, work / "artifacts", read_mirror_yml=False
+        )
+    registry = settings.registry
+    shown_registry = registry_note or (
+        f"{registry.host} via {registry.containerd_mirrors()[0]['mirrors'][0]['host']}"
+        if registry
+        else None
     )
-    settings.validate()
     explicit = source.explicit_dir()
     origin = source.plan_source(pinned, mirror, explicit)
     checkout = explicit or source.tag_dir(pinned.tag) / "src"
@@ -390,6 +429,7 @@ def describe(loaded: LoadedSpec, decice_inventory: dict[str, Any]) -> dict[str, 
         "commit": pinned.commit,
         "venv": str(env_path),
         "hosts": {g: list(hosts["all"]["children"][g]["hosts"]) for g in render.KUBESPRAY_GROUPS},
+        "registry": shown_registry,
         "group_vars": render.group_vars(settings),
         "commands": {
             name: {"argv": inv.argv(), "cwd": str(inv.cwd), "env": inv.env}
