@@ -181,6 +181,28 @@ async def admission_rejections(kubeconfig: Path) -> int:
     return rejected
 
 
+async def scheduled_events(kubeconfig: Path, pods: int, settle: float = 20.0) -> int:
+    """Scheduled events in the API (any API version: both read the same objects), waited for
+    until there is one per pod or the count stops growing for 3 s (at most ``settle``)."""
+    client = Client.from_kubeconfig(kubeconfig, max_retries=8)
+    try:
+        deadline = time.monotonic() + settle
+        count, last_change, last = 0, time.monotonic(), -1
+        while True:
+            items, _ = await client.list_all(
+                "/api/v1/namespaces/default/events", {"fieldSelector": "reason=Scheduled"}, 1000
+            )
+            count = len(items)
+            now = time.monotonic()
+            if count != last:
+                last, last_change = count, now
+            if count >= pods or now - last_change >= 3.0 or now >= deadline:
+                return count
+            await asyncio.sleep(0.5)
+    finally:
+        await client.close()
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
@@ -336,6 +358,7 @@ def one_run(
                     audit = json.loads(http_text(base + "/debug/audit", method="POST"))
                     drift = int(audit["drift_nodes"])
                 rejections = asyncio.run(admission_rejections(cp.kubeconfig))
+                events = asyncio.run(scheduled_events(cp.kubeconfig, args.pods))
             finally:
                 proc.send_signal(signal.SIGTERM if not profiled else signal.SIGINT)
                 try:
@@ -363,6 +386,7 @@ def one_run(
                 "bind_p99_ms": None if bind99 is None else round(bind99 * 1000, 1),
                 "drift": drift,
                 "rejections": rejections,
+                "scheduled_events": events,
                 "load1": round(load1, 2),
             }
         finally:
@@ -385,6 +409,7 @@ _DECICE_FIGURES = (
     ("decice_preemptions", "preemptions"),
     ("decice_bind_p50_ms", "bind_p50_ms"),
     ("decice_bind_p99_ms", "bind_p99_ms"),
+    ("decice_scheduled_events", "scheduled_events"),
 )
 _KUBE_FIGURES = tuple(
     (f"kube_{key}", key)
@@ -398,6 +423,7 @@ _KUBE_FIGURES = tuple(
         "preemptions",
         "bind_p50_ms",
         "bind_p99_ms",
+        "scheduled_events",
     )
 )
 _REJECTIONS_SOURCE = "admission replay over the final LIST (no node agent runs)"

@@ -312,6 +312,17 @@ class EventWriter:
                 )
         except ApiError as exc:
             status, reply = 0, {"message": str(exc)}
+        if status == 403 and kind == "create" and series.api == EVENTS_V1:
+            # RBAC without events.k8s.io (e.g. a role written for core events only):
+            # core v1 events carry the same fields; use them from now on
+            log.warning(
+                "events.k8s.io/v1 events are forbidden (%s); writing core v1 events instead",
+                (reply or {}).get("message", "") if isinstance(reply, dict) else "",
+            )
+            self.api = CORE_V1
+            series.api = CORE_V1
+            await self._write(client, kind, series, reason, record)
+            return
         if status in (200, 201):
             if kind == "create":
                 series.created = True
