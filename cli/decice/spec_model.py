@@ -190,6 +190,19 @@ class AddonsSpec(_Model):
         return value
 
 
+class PlacementScoresSpec(_Model):
+    """OCM AddOnPlacementScore published by the scheduler (docs/scheduler.md)."""
+
+    enabled: bool = False
+    namespace: str = Field("default", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    name: str = Field(
+        "resource-usage-score",
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        max_length=253,
+    )
+    interval: float = Field(30.0, gt=0)
+
+
 class SchedulerSpec(_Model):
     enabled: bool = True
     name: str = "decice-scheduler"
@@ -198,6 +211,7 @@ class SchedulerSpec(_Model):
     replicas: int = Field(1, ge=1)
     image: str | None = None
     config: dict[str, object] = Field(default_factory=dict)
+    placement_scores: PlacementScoresSpec = Field(default_factory=PlacementScoresSpec)
 
 
 _REGISTRY_URL = re.compile(

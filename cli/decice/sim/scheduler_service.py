@@ -11,6 +11,12 @@ settings are unchanged is kept; other settings restart it
 (:class:`decice.sim.procs.ManagedProcess`). ``stop`` ends it by its recorded pid;
 ``status`` reads its process record and scrapes ``/metrics``.
 
+With ``scheduler.placement_scores.enabled`` the scheduler publishes an OCM
+``AddOnPlacementScore``; its CRD (the role's ``files/addonplacementscores.crd.yaml``,
+labelled ``app.kubernetes.io/managed-by: decice``) is created only when the cluster has
+none, and ``remove_api_objects`` (``down``) deletes it only when it carries that label:
+a CRD that was there before decice (an OCM hub's) is never touched.
+
 Files under ``<state>/sim/scheduler/``: ``process.json`` (the process record, the
 sha256 of its settings, the metrics URL), ``scheduler.log``, ``profile.yaml`` (only
 when the spec has a ``scheduler.config``; 0600, replaced atomically).
@@ -44,6 +50,10 @@ T = TypeVar("T")
 SCHEDULER_DIR = "scheduler"
 PORT_ATTEMPTS = 3
 VERIFY_FILE = ("roles", "scheduler", "files", "verify.yaml")
+CRD_FILE = ("roles", "scheduler", "files", "addonplacementscores.crd.yaml")
+CRD_NAME = "addonplacementscores.cluster.open-cluster-management.io"
+_CRD_PATH = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}"
+MANAGED_BY = "app.kubernetes.io/managed-by"
 
 
 def verify_description() -> dict[str, Any]:
@@ -73,8 +83,25 @@ def settings_of(kubeconfig: Path, spec: SchedulerSpec) -> dict[str, Any]:
         "qps": spec.qps,
         "burst": spec.burst,
         "config": spec.config,
+        "placement_scores": spec.placement_scores.model_dump(),
         "python": sys.executable,
     }
+
+
+def placement_flags(spec: SchedulerSpec) -> list[str]:
+    """decice-scheduler's flags for the spec's ``placement_scores`` (none when off)."""
+    scores = spec.placement_scores
+    if not scores.enabled:
+        return []
+    return [
+        "--placement-scores",
+        "--placement-scores-namespace",
+        scores.namespace,
+        "--placement-scores-name",
+        scores.name,
+        "--placement-scores-interval",
+        f"{scores.interval:g}",
+    ]
 
 
 def free_port() -> int:
@@ -171,9 +198,12 @@ def ensure(state_dir: Path, kubeconfig: Path, spec: SchedulerSpec) -> dict[str, 
             burst=spec.burst,
             config=profile,
             host="127.0.0.1",  # loopback, debug endpoints without a token: this user's own
+            extra=placement_flags(spec),
         )
         return procs.Launch(argv, {"metrics_url": f"http://127.0.0.1:{port}"})
 
+    if spec.placement_scores.enabled:
+        ensure_placement_crd(kubeconfig)
     # Another process may take the port between our probe and the scheduler's bind.
     started = _process(state_dir).ensure(
         settings_of(kubeconfig, spec),
@@ -276,6 +306,68 @@ def remove_smoke_pod(kubeconfig: Path) -> None:
         return
     with contextlib.suppress(Exception):
         asyncio.run(_with_client(kubeconfig, lambda api: _delete_pod(api, wait_s=10.0)))
+
+
+def placement_crd() -> dict[str, Any]:
+    """The AddOnPlacementScore CRD decice installs (from the scheduler role's files)."""
+    return dict(yaml.safe_load(paths.collection_dir().joinpath(*CRD_FILE).read_text()))
+
+
+async def _ensure_crd(api: Client, timeout: float = 60.0) -> bool:
+    status, _ = await api.request("GET", _CRD_PATH)
+    if status == 200:
+        return False  # there already (ours from an earlier run, or someone else's)
+    if status != 404:
+        raise ApiError("GET", _CRD_PATH, status, "")
+    collection = _CRD_PATH.rsplit("/", 1)[0]
+    await api.request("POST", collection, body=placement_crd(), ok_status=(409,))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _, crd = await api.request("GET", _CRD_PATH)
+        conditions = ((crd or {}).get("status") or {}).get("conditions") or []
+        if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+            return True
+        await asyncio.sleep(0.2)
+    raise RunFailedError(f"the CRD {CRD_NAME} was not Established within {timeout:.0f} s")
+
+
+def ensure_placement_crd(kubeconfig: Path) -> bool:
+    """Create the AddOnPlacementScore CRD when the cluster has none; True when created."""
+    return asyncio.run(_with_client(kubeconfig, _ensure_crd))
+
+
+async def _remove_crd(api: Client) -> bool:
+    status, crd = await api.request("GET", _CRD_PATH)
+    if status != 200 or not isinstance(crd, dict):
+        return False
+    labels = (crd.get("metadata") or {}).get("labels") or {}
+    if labels.get(MANAGED_BY) != "decice":
+        return False  # not installed by decice: left alone
+    uid = crd["metadata"]["uid"]
+    body = {"preconditions": {"uid": uid}}
+    await api.request("DELETE", _CRD_PATH, body=body, ok_status=(404, 409))
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline:
+        status, _ = await api.request("GET", _CRD_PATH)
+        if status == 404:
+            return True
+        await asyncio.sleep(0.2)
+    raise RunFailedError(f"the CRD {CRD_NAME} was not deleted within 60 s")
+
+
+def remove_placement_crd(kubeconfig: Path) -> bool:
+    """Delete the AddOnPlacementScore CRD if decice installed it; True when deleted."""
+    if not kubeconfig.is_file():
+        return False
+    return asyncio.run(_with_client(kubeconfig, _remove_crd))
+
+
+def remove_api_objects(kubeconfig: Path) -> None:
+    """``down``: a leftover smoke pod, and the AddOnPlacementScore CRD if decice installed it
+    (best effort: the API may be gone already)."""
+    remove_smoke_pod(kubeconfig)
+    with contextlib.suppress(ApiError, OSError):
+        remove_placement_crd(kubeconfig)
 
 
 def stop(state_dir: Path) -> bool:

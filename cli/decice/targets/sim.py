@@ -138,7 +138,7 @@ def down_scheduler(ctx: PhaseContext) -> str:
     from decice.sim import scheduler_service
 
     stopped = scheduler_service.stop(ctx.state_dir)
-    scheduler_service.remove_smoke_pod(ctx.kubeconfig)
+    scheduler_service.remove_api_objects(ctx.kubeconfig)  # smoke pod, our CRD
     return f"{ctx.loaded.spec.scheduler.name} stopped" if stopped else "was not running"
 
 
