@@ -6,9 +6,25 @@ Standard library only: the sim's console scripts (agent, postrender) import it t
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+
+
+def open_nofollow(
+    path: Path, flags: int, refuse: Callable[[str], Exception], *, what: str, mode: int = 0o600
+) -> int:
+    """``os.open(path, flags)`` that never follows a symlink at ``path`` (close-on-exec;
+    ``mode`` for a file it creates). A symlink there raises ``refuse`` with a message
+    saying that ``path`` is a symlink, not ``what``, and the fix."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise refuse(f"{path} is a symlink, not {what}; remove it and run again") from exc
+        raise
 
 
 def write(path: Path, data: bytes | str, *, mode: int = 0o600) -> None:

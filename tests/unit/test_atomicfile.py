@@ -76,3 +76,18 @@ def test_a_failing_directory_fsync_is_ignored(
     monkeypatch.setattr(atomicfile.os, "open", no_dir_open)
     atomicfile.write(tmp_path / "f", "x")
     assert (tmp_path / "f").read_text() == "x"
+
+
+def test_open_nofollow_refuses_a_symlink_with_the_given_error(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.write_text("secret")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    with pytest.raises(ValueError, match=r"link is a symlink, not the log; remove it"):
+        atomicfile.open_nofollow(link, os.O_RDONLY, ValueError, what="the log")
+    fd = atomicfile.open_nofollow(tmp_path / "new", os.O_WRONLY | os.O_CREAT, ValueError, what="x")
+    try:
+        assert os.fstat(fd).st_mode & 0o777 == 0o600
+        assert os.get_inheritable(fd) is False
+    finally:
+        os.close(fd)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import errno
 import ipaddress
 import os
 from dataclasses import dataclass
@@ -243,14 +242,7 @@ def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) 
 def copy_private(source: Path, dest: Path) -> None:
     """Copy ``source`` to ``dest`` (mode 0600) without following a symlink at either end:
     a symlink at ``source`` is refused, one at ``dest`` is replaced by the copy."""
-    try:
-        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise InputError(
-                f"{source} is a symlink, not the file decice wrote; remove it and run again"
-            ) from exc
-        raise
+    fd = atomicfile.open_nofollow(source, os.O_RDONLY, InputError, what="the file decice wrote")
     with os.fdopen(fd, "rb") as fh:
         data = fh.read()
     atomicfile.write(dest, data)

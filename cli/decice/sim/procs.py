@@ -10,7 +10,6 @@ refused), and children run with umask 077, so what they create is private too.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import logging
@@ -113,15 +112,8 @@ def private_dir(path: Path) -> Path:
 
 def _open_log(path: Path) -> BinaryIO:
     """``path`` opened for appending, mode 0600 (also an older log); never a symlink."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags, 0o600)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise RunFailedError(
-                f"{path} is a symlink, not a log decice wrote; remove it and run again"
-            ) from exc
-        raise
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+    fd = atomicfile.open_nofollow(path, flags, RunFailedError, what="a log decice wrote")
     os.fchmod(fd, 0o600)
     return os.fdopen(fd, "ab")
 
