@@ -58,6 +58,7 @@ from decice_scheduler.client import Client  # noqa: E402
 from decice_scheduler.resources import node_allocatable, pod_request  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
+EVENTS = [True]  # --no-decice-events: decice writes no events (to see what they cost)
 DECICE_DECISION = "decice_scheduler_decision_seconds"
 DECICE_DECISION_CPU = "decice_scheduler_decision_cpu_seconds"
 # bind request latency (coarse buckets in both)
@@ -280,7 +281,13 @@ def start(
             port,
             qps=qps,
             burst=burst,
-            extra=("--audit-interval", "0", "--bind-concurrency", "64"),
+            extra=(
+                "--audit-interval",
+                "0",
+                "--bind-concurrency",
+                "64",
+                *(() if EVENTS[0] else ("--no-events",)),
+            ),
         )
         if profile is not None:
             spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
@@ -455,11 +462,17 @@ def main() -> int:
     parser.add_argument("--burst", type=int, default=None, help="client burst (default 2x qps)")
     parser.add_argument("--rounds", type=int, default=2, help="A,B pairs")
     parser.add_argument("--only", choices=["decice", "kube"], default=None)
+    parser.add_argument(
+        "--no-decice-events",
+        action="store_true",
+        help="run decice with --no-events (kube-scheduler always writes its events)",
+    )
     parser.add_argument("--json", action="store_true", help="print only the per-round JSON")
     parser.add_argument(
         "--profile", type=Path, default=None, help="run decice under py-spy; write here"
     )
     args = parser.parse_args()
+    EVENTS[0] = not args.no_decice_events
     if args.burst is None:
         args.burst = args.qps * 2
     if args.profile is not None:
