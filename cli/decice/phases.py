@@ -7,7 +7,7 @@ from decice.errors import InputError
 PHASES: dict[str, tuple[str, ...]] = {
     "up": ("preflight", "baseline", "prepare", "kubernetes", "addons", "scheduler"),
     "down": ("scheduler", "addons"),
-    "reset": ("kubernetes", "restore"),
+    "reset": ("kubernetes", "restore", "verify"),
     "verify": ("cluster", "verify"),
 }
 

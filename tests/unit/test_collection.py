@@ -36,7 +36,7 @@ PLAYBOOKS = ("up", "down", "reset", "verify")
 PHASES = {
     "up": ["preflight", "baseline", "prepare", "kubernetes", "addons", "scheduler"],
     "down": ["scheduler", "addons"],
-    "reset": ["kubernetes", "restore"],
+    "reset": ["kubernetes", "restore", "verify"],
     "verify": ["cluster", "verify"],
 }
 # Sections that other work on a shared test machine (podman, apt, services) does not move.
@@ -459,7 +459,15 @@ def test_local_up_baseline_then_verify(tmp_path: Path) -> None:
         "sysctls",
         "modules",
         "paths",
+        "iptables",
+        "ip6tables",
+        "nftables",
+        "interfaces",
+        "users",
+        "groups",
     }
+    assert "root" in document["sections"]["users"]
+    assert "lo" in document["sections"]["interfaces"]
     assert document["sections"]["packages"], "package_facts found no packages"
     assert document["sections"]["paths"] == sorted(
         f"{tracked / name} absent" for name in ("etc-kubernetes", "var-lib-kubelet")
@@ -488,8 +496,8 @@ def test_local_up_baseline_then_verify(tmp_path: Path) -> None:
     (tracked / "etc-kubernetes").mkdir()
     dirty = _playbook("verify", "-e", settings, "-e", strict)
     assert dirty.returncode != 0
-    assert f"{tracked / 'etc-kubernetes'} directory" in dirty.stdout
-    assert "localhost differs from its baseline in 1 section(s): paths" in dirty.stdout
+    assert "localhost differs from its baseline in 1 item(s) of 1 kind(s) (paths)" in dirty.stdout
+    assert f"paths changed {tracked / 'etc-kubernetes'} (absent -> directory)" in dirty.stdout
 
 
 @pytest.mark.local
