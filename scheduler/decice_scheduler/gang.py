@@ -140,6 +140,7 @@ class GangScheduler:
             for group in self._groups.values():
                 group.members.clear()
                 group.bound.clear()
+                group.label_specs.clear()
             self._member_of.clear()
             for pod in pods:
                 if (pod.get("metadata") or {}).get("labels"):
