@@ -86,7 +86,9 @@ def test_static_config_matches_assign_roles(tmp_path: Path) -> None:
     assert expected["kube_control_plane"] == ["c1", "c2", "c3"]  # sanity of the comparison
     assert listing["k8s_cluster"]["children"] == ["kube_control_plane", "kube_node"]
     hostvars = listing["_meta"]["hostvars"]
-    assert hostvars["c3"] == {"ansible_host": "10.0.0.3", "ip": "10.0.0.3", "ansible_user": "alice"}
+    trust = hostvars["c3"].pop("ansible_ssh_common_args")  # decice.inventory.trust_options
+    assert trust.endswith("-o StrictHostKeyChecking=yes -o BatchMode=yes")
+    assert hostvars["c3"] == {"ansible_host": "10.0.0.3", "ansible_user": "alice"}  # no `ip`
     assert hostvars["w3"]["ansible_host"] == "10.0.0.13"
     assert "localhost" not in hostvars
 
@@ -109,7 +111,7 @@ def test_slurm_nodelist_matches_assign_roles(tmp_path: Path) -> None:
     assert groups_of(listing) == expected
     assert expected["decice_edge"] == ["node7"] and expected["kube_node"] == ["node2", "node3"]
     args = listing["_meta"]["hostvars"]["node1"]["ansible_ssh_common_args"]
-    assert args == f"-F {ssh_config} -o ProxyJump=login01"
+    assert args.startswith(f"-F {ssh_config} -o ProxyJump=login01 -o ")  # + host-key trust
 
 
 def test_outside_a_job_fails_with_decice_message(tmp_path: Path) -> None:

@@ -76,9 +76,8 @@ def _would_run(ctx: PhaseContext, playbook: str) -> str:
     plan = run.describe(ctx.loaded, ctx.inventory)
     argv = " ".join(str(a) for a in plan["commands"][playbook]["argv"])
     return (
-        f"check mode, nothing done: kubespray {plan['tag']} {playbook} is not run (its roles "
-        f"are not check-mode safe, so decice does not call it with --check); "
-        f"it would run: {argv}"
+        f"check mode, nothing done: would run kubespray {plan['tag']} {playbook}: {argv} "
+        "(not run, not even with --check: Kubespray's roles are not check-mode safe)"
     )
 
 

@@ -251,6 +251,15 @@ def inventory(decice_inventory: dict[str, Any]) -> dict[str, Any]:
     return {"all": {"hosts": hosts, "children": groups}}
 
 
+def group_hosts(hosts: dict[str, Any], group: str) -> list[str]:
+    """The hosts of ``group`` in an inventory :func:`inventory` made (children resolved)."""
+    body = hosts["all"]["children"].get(group) or {}
+    out = list(body.get("hosts") or {})
+    for child in body.get("children") or {}:
+        out += [h for h in group_hosts(hosts, child) if h not in out]
+    return out
+
+
 def _host_vars(name: str, hv: dict[str, Any]) -> dict[str, Any]:
     if hv.get("ansible_python_interpreter") == sys.executable:
         # decice's own interpreter (set for local connections): Kubespray's plays

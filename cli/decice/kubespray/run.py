@@ -428,7 +428,7 @@ def describe(loaded: LoadedSpec, decice_inventory: dict[str, Any]) -> dict[str, 
         "sha256": pinned.sha256,
         "commit": pinned.commit,
         "venv": str(env_path),
-        "hosts": {g: list(hosts["all"]["children"][g]["hosts"]) for g in render.KUBESPRAY_GROUPS},
+        "hosts": {g: render.group_hosts(hosts, g) for g in render.KUBESPRAY_GROUPS},
         "registry": shown_registry,
         "group_vars": render.group_vars(settings),
         "commands": {
