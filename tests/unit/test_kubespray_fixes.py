@@ -337,5 +337,6 @@ def test_cilium_takes_the_edge_affinity_itself(tmp_path: Path) -> None:
         {"matchExpressions": [term]}
     ]
     assert cluster["cilium_extra_values"]["envoy"]["affinity"]["nodeAffinity"] == affinity
-    off = HOSTS + "kubernetes: {cni: cilium}\naddons: {kubeedge: {enabled: false}, sedna: {enabled: false}}\n"
+    addons = "addons: {kubeedge: {enabled: false}, sedna: {enabled: false}}\n"
+    off = HOSTS + "kubernetes: {cni: cilium}\n" + addons
     assert "cilium_extra_values" not in _all_vars(_loaded(tmp_path, off), tmp_path)["k8s_cluster"]
