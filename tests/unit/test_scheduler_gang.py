@@ -332,9 +332,9 @@ def test_after_a_restart_an_incomplete_group_goes_first_and_is_completed() -> No
     h.gang.observe_list([other, *pods])
     first = h.queue._try_pop()
     assert first in {pod_uid(pods[2]), pod_uid(pods[3])}
-    pod = h.queue.get(first)
-    assert pod is not None
-    h.gang.attempt(first, pod, 0)
+    popped = h.queue.get(first)
+    assert popped is not None
+    h.gang.attempt(first, popped, 0)
     assert h.bound_names() == {"m2", "m3"}
     assert h.group("g")["state"] == "placed"
 
