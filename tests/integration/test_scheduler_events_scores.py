@@ -7,14 +7,24 @@ name, namespace and node prefix, all removed afterwards.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import ipaddress
+import json
+import ssl
+import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -142,48 +152,148 @@ def test_scheduled_events_and_failed_scheduling_series(
         assert metric(s, "decice_scheduler_events_total{reason=Scheduled}") == 3
 
 
-def test_binding_goes_on_while_the_api_refuses_events(
+class SlowRefusingWebhook:
+    """An admission webhook on 127.0.0.1 (TLS, its own CA) that answers every request it
+    gets after ``delay`` seconds with a refusal: a slow API server refusing events."""
+
+    def __init__(self, directory: Path, delay: float) -> None:
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+        now = datetime.now(UTC)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - timedelta(minutes=5))
+            .not_valid_after(now + timedelta(hours=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(
+                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False,
+            )
+            .sign(key, hashes.SHA256())
+        )
+        self.pem = cert.public_bytes(serialization.Encoding.PEM)
+        (directory / "hook.crt").write_bytes(self.pem)
+        (directory / "hook.key").write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        (directory / "hook.key").chmod(0o600)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(directory / "hook.crt", directory / "hook.key")
+        self.calls = 0
+
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                hook.calls += 1
+                time.sleep(delay)
+                body = json.dumps(
+                    {
+                        "apiVersion": "admission.k8s.io/v1",
+                        "kind": "AdmissionReview",
+                        "response": {
+                            "uid": review["request"]["uid"],
+                            "allowed": False,
+                            "status": {"code": 403, "message": "events refused by the test"},
+                        },
+                    }
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def configuration(self, name: str, ns: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": name},
+            "webhooks": [
+                {
+                    "name": f"{name}.decice.test",
+                    "clientConfig": {
+                        "url": f"https://127.0.0.1:{self.port}/",
+                        "caBundle": base64.b64encode(self.pem).decode(),
+                    },
+                    "rules": [
+                        {
+                            "apiGroups": ["", "events.k8s.io"],
+                            "apiVersions": ["*"],
+                            "operations": ["CREATE"],
+                            "resources": ["events"],
+                        }
+                    ],
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                    "objectSelector": {},
+                    "failurePolicy": "Fail",
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                    "timeoutSeconds": 10,
+                }
+            ],
+        }
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_binding_goes_on_while_the_api_refuses_events_slowly(
     sim_control_plane: ControlPlaneInfo, sim_api: client.ApiClient, tmp_path: Path
 ) -> None:
-    """A ResourceQuota of zero events makes the API server refuse every event of the
-    namespace: all pods are still bound at the bind rate and every refusal is counted."""
+    """Every event write of the namespace waits 2 s in an admission webhook and is then
+    refused: all pods are still bound at the bind rate; the refusals are counted."""
     name, ns = "ev-refused", "ev-refused"
     core = client.CoreV1Api(sim_api)
     create_namespace(core, ns)
-    quota = {
-        "metadata": {"name": "no-events"},
-        "spec": {"hard": {"count/events": "0", "count/events.events.k8s.io": "0"}},
-    }
-    core.create_namespaced_resource_quota(ns, quota)  # type: ignore[arg-type]
+    core.patch_namespace(ns, {"metadata": {"labels": {"kubernetes.io/metadata.name": ns}}})
+    hook = SlowRefusingWebhook(tmp_path, delay=2.0)
+    admission = client.AdmissionregistrationV1Api(sim_api)
+    admission.create_validating_webhook_configuration(hook.configuration(name, ns))  # type: ignore[arg-type]
     nodes = make_nodes(core, "evr", 2, cpu="64")
-    with scratch(core, ns, nodes), scheduler(sim_control_plane.kubeconfig, tmp_path, name) as s:
-        probe = {"metadata": {"generateName": "probe-"}, "involvedObject": {"namespace": ns}}
-        wait_for("events refused", lambda: _refused(core, ns, probe), 30)
-        count = 60
-        started = time.monotonic()
-        for i in range(count):
-            create_pod(core, ns, pod(f"q{i}", None, scheduler=name, cpu="10m"))
-        wait_for("all bound", lambda: metric(s, "decice_scheduler_scheduled_total") == count, 60)
-        took = time.monotonic() - started
-        wait_for(
-            "refusals counted",
-            lambda: metric(s, "decice_scheduler_events_dropped_total{cause=write-error}") >= count,
-            30,
-        )
-        assert metric(s, "decice_scheduler_events_total{reason=Scheduled}") == 0
-        assert not events_v1(sim_api, ns, "Scheduled")
-        assert took < 30, took  # SchedulerProc binds at 200/s: the writer held nothing up
-
-
-def _refused(core: client.CoreV1Api, ns: str, probe: dict[str, Any]) -> bool:
     try:
-        created = raw_json(
-            core.create_namespaced_event(ns, probe, _preload_content=False)  # type: ignore[arg-type]
-        )
-    except ApiException as exc:
-        return exc.status == 403
-    core.delete_namespaced_event(created["metadata"]["name"], ns)
-    return False
+        with scratch(core, ns, nodes), scheduler(sim_control_plane.kubeconfig, tmp_path, name) as s:
+            count = 60
+            started = time.monotonic()
+            for i in range(count):
+                create_pod(core, ns, pod(f"q{i}", None, scheduler=name, cpu="10m"))
+            created = time.monotonic() - started
+            wait_for("all bound", lambda: metric(s, "decice_scheduler_scheduled_total") == count)
+            took = time.monotonic() - started
+            # at most 32 writes in flight, 2 s each: the writer is far behind the binder
+            assert hook.calls < count, hook.calls
+            wait_for(
+                "refusals counted",
+                lambda: (
+                    metric(s, "decice_scheduler_events_dropped_total{cause=write-error}") >= count
+                ),
+                30,
+            )
+            assert metric(s, "decice_scheduler_events_total{reason=Scheduled}") == 0
+            assert not events_v1(sim_api, ns, "Scheduled")
+            assert took < created + 10, (took, created)
+    finally:
+        admission.delete_validating_webhook_configuration(name)
+        hook.stop()
 
 
 # ---------------------------------------------------------------- placement scores
