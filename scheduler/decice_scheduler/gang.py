@@ -467,6 +467,7 @@ class GangScheduler:
     def _release(self, group: Group, uid: str) -> None:
         group.reserved.pop(uid, None)
         self.state.forget(uid)
+        self.queue.requeue(uid, backoff=False)  # still pending (e.g. relabelled): try again
         self._reservations_changed(group)
         self.queue.cluster_changed()
 

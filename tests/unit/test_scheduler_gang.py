@@ -317,6 +317,35 @@ def test_member_deleted_or_terminating_while_reserved_releases_its_reservation()
     assert not h.binds.calls
 
 
+def test_members_disagreeing_largest_min_member_and_shortest_timeout_apply() -> None:
+    h = Harness(4)
+    h.add(member("m0", "g", 2, timeout="30"))
+    h.add(member("m1", "g", 3, timeout="5"))
+    h.drain()
+    got = h.group("g")
+    assert (got["min_member"], got["timeout_seconds"]) == (3, 5.0)
+    assert not h.binds.calls and len(got["reserved"]) == 2
+
+
+def test_member_relabelled_or_bound_elsewhere_while_reserved_releases_it() -> None:
+    h = Harness(4)
+    for i in range(3):
+        h.add(member(f"m{i}", "g", 4))
+    h.drain()
+    assert h.assumed() == {"m0", "m1", "m2"}
+    moved = member("m0", "other", 4)
+    moved["metadata"]["uid"] = h.pods["m0"]["metadata"]["uid"]
+    h.pods["m0"] = moved
+    h.state.update_pod(moved)
+    h.queue.upsert(pod_uid(moved), moved)
+    h.gang.observe("MODIFIED", moved)
+    assert h.assumed() == {"m1", "m2"}
+    assert h.queue.depth()["active"] == 1  # back in the queue, tried with its new group
+    h.bound_by_watch("m1", "n3")  # another scheduler bound it
+    assert h.group("g")["reserved"] == [pod_uid(h.pods["m2"])]
+    assert h.group("g")["bound"] == 1
+
+
 def test_after_a_restart_an_incomplete_group_goes_first_and_is_completed() -> None:
     """Killed between the binds of a group: 2 of 4 bound, 2 pending. The new instance
     sees them in its LIST and places the missing two before anything else."""
