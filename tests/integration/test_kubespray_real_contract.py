@@ -1,0 +1,178 @@
+"""Contract with the REAL Kubespray v2.29.1: its own inventory validation accepts what
+decice writes, for every spec shape decice generates.
+
+The pinned source comes from the upstream mirror (../shared/mirror/kubespray, a
+`git archive` of the tag) through decice.kubespray.source (tree sha256 checked, cached
+in ~/.cache/decice/kubespray/v2.29.1/src) and runs in Kubespray's own env built by
+decice.kubespray.venv (ansible 10.7.0 from the package index: ~45 s the first time,
+then cached beside the source). For each shape, decice's inventory and group_vars are
+rendered exactly as `decice up` renders them and Kubespray's `playbooks/boilerplate.yml`
+(ansible version check, dynamic_groups, validate_inventory: asserts only, no host is
+contacted) runs against them; `ansible-inventory` of the same env shows that decice's
+group_vars reach the hosts as Kubespray resolves them. A negative control (the empty
+etcd group decice used to write) shows the validation has teeth.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from decice import inventory, spec
+from decice.kubespray import render, run, source, venv
+from decice.mirror import Mirror
+from decice.runner import ansible_env
+from tests.support import require
+
+pytestmark = pytest.mark.local
+
+REPO = Path(__file__).resolve().parents[2]
+MIRROR = REPO.parent / "shared" / "mirror"
+
+HOSTS = """\
+  - {name: cp1, address: 192.0.2.10, roles: [control_plane, etcd]}
+  - {name: w1, address: 192.0.2.11, roles: [worker], ip: 10.1.0.11}
+  - {name: w2, address: node-w2.example, roles: [worker]}
+  - {name: e1, address: 192.0.2.20, roles: [edge]}
+"""
+NO_ETCD_ROLE = """\
+  - {name: cp1, address: 192.0.2.10, roles: [control_plane]}
+  - {name: w1, address: 192.0.2.11, roles: [worker]}
+"""
+THREE_CP = """\
+  - {name: cp1, address: 192.0.2.10, roles: [control_plane, etcd]}
+  - {name: cp2, address: 192.0.2.11, roles: [control_plane, etcd]}
+  - {name: cp3, address: 192.0.2.12, roles: [control_plane, etcd, worker]}
+"""
+NO_EDGE = "addons: {kubeedge: {enabled: false}, sedna: {enabled: false}}\n"
+
+# name -> spec text after `hosts:` (the tests' shapes: CNI, etcd role or not, edge hosts,
+# local mirror + registry, kernel-shared hosts, download cache)
+SHAPES: dict[str, str] = {
+    "calico-edge-mirror": HOSTS + "kubernetes: {cni: calico}\nmirror: {path: mirror}\n",
+    "flannel-no-etcd-role": NO_ETCD_ROLE + "kubernetes: {cni: flannel}\n" + NO_EDGE,
+    "cilium-edge-registry-url": HOSTS
+    + "kubernetes: {cni: cilium, download_cache_dir: ks-cache}\n"
+    + "mirror: {path: mirror, registry: 'http://registry.local:5000'}\n",
+    "calico-3cp-kernel-shared-https-registry": THREE_CP
+    + "allocation: {vars: {prepare_kernel_wide: false}, host_keys: accept-new}\n"
+    + "mirror:\n  path: mirror\n  registry: {url: 'https://reg.site/k8s', ca: /etc/ca.pem}\n"
+    + NO_EDGE,
+}
+
+
+@pytest.fixture(scope="module")
+def kubespray() -> tuple[source.Source, venv.KubesprayEnv]:
+    require((MIRROR / "kubespray" / "SHA256SUMS").is_file(), f"the upstream mirror {MIRROR}")
+    t0 = time.monotonic()
+    src = source.ensure(source.pin(), Mirror("path", str(MIRROR)), None)
+    env = venv.ensure(src)
+    print(f"kubespray source + env ready in {time.monotonic() - t0:.1f} s (built: {env.built})")
+    assert src.path.parent == source.tag_dir("v2.29.1")  # the cache, shared with `up`
+    return src, env
+
+
+def _render(root: Path, text: str) -> dict[str, Path]:
+    """decice's Kubespray inputs for one spec, written as `decice up` writes them."""
+    root.mkdir()
+    (root / "mirror").mkdir()
+    (root / "mirror" / "mirror.yml").write_text("registry: registry.local:5000\n")
+    (root / "decice.yaml").write_text(f"name: shape\ntarget: static\nhosts:\n{text}")
+    loaded = spec.load(root / "decice.yaml")
+    hosts = render.inventory(inventory.build(loaded, inventory.allocate(loaded)))
+    settings = run.settings_of(
+        loaded, hosts, run.spec_mirror(loaded), "1.32.10", root / "run" / "artifacts"
+    )
+    return render.write(root / "run" / "inventory", hosts, render.group_vars(settings))
+
+
+def _ansible(
+    src: source.Source, env: venv.KubesprayEnv, tool: str, *args: str
+) -> subprocess.CompletedProcess[str]:
+    inv = run.invocation("cluster.yml", src.path, env.path, Path("unused"))
+    return subprocess.run(
+        [str(env.bin_dir / tool), *args],
+        cwd=src.path,
+        env=ansible_env(inv.env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def _boilerplate(src: source.Source, env: venv.KubesprayEnv, hosts: Path) -> str:
+    done = _ansible(
+        src, env, "ansible-playbook", "-i", str(hosts), str(src.path / "playbooks/boilerplate.yml")
+    )
+    return f"rc={done.returncode}\n{done.stdout}\n{done.stderr}"
+
+
+def _hostvars(src: source.Source, env: venv.KubesprayEnv, hosts: Path) -> dict[str, Any]:
+    done = _ansible(src, env, "ansible-inventory", "-i", str(hosts), "--list")
+    assert done.returncode == 0, done.stderr
+    data: dict[str, Any] = json.loads(done.stdout)
+    return data
+
+
+def _plain(value: Any) -> Any:
+    """A value as ansible-inventory lists it (``!unsafe`` strings come wrapped)."""
+    return value["__ansible_unsafe"] if isinstance(value, dict) and len(value) == 1 else value
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_real_kubespray_validates_decice_inventory(
+    kubespray: tuple[source.Source, venv.KubesprayEnv], tmp_path: Path, shape: str
+) -> None:
+    src, env = kubespray
+    files = _render(tmp_path / shape, SHAPES[shape])
+    output = _boilerplate(src, env, files["hosts"])
+    assert output.startswith("rc=0"), output
+    assert "Stop if etcd group is empty in external etcd mode" in output  # the play ran
+    assert "failed=0" in output and "unreachable=0" in output
+
+    listing = _hostvars(src, env, files["hosts"])
+    hostvars = listing["_meta"]["hostvars"]
+    assert "e1" not in hostvars  # edge hosts are not Kubespray's
+    etcd = listing.get("etcd", {})
+    etcd_hosts = set(etcd.get("hosts", [])) | {
+        h for child in etcd.get("children", []) for h in listing.get(child, {}).get("hosts", [])
+    }
+    assert etcd_hosts and len(etcd_hosts) % 2 == 1
+    first = hostvars["cp1"]
+    assert first["kube_version"] == "1.32.10"
+    assert first["flush_iptables"] is False
+    assert "UserKnownHostsFile=" in _plain(first["ansible_ssh_common_args"])
+    if "registry" in shape:
+        mirrors = first["containerd_registries_mirrors"]
+        assert mirrors[0]["mirrors"][0]["host"] in {
+            "http://registry.local:5000",
+            "https://reg.site",
+        }
+    if "kernel-shared" in shape:
+        assert first["kubelet_fail_swap_on"] is False
+        assert first["kubelet_protect_kernel_defaults"] is False
+        assert first["kube_proxy_mode"] == "iptables"
+    if "ks-cache" in SHAPES[shape]:
+        assert first["download_cache_dir"] == str(tmp_path / shape / "ks-cache")
+    if "w1" in hostvars and "ip: 10.1.0.11" in SHAPES[shape]:
+        assert _plain(hostvars["w1"]["ip"]) == "10.1.0.11"
+
+
+def test_real_validation_refuses_an_empty_etcd_group(
+    kubespray: tuple[source.Source, venv.KubesprayEnv], tmp_path: Path
+) -> None:
+    """What decice wrote before: the control plane without the etcd role, etcd empty."""
+    src, env = kubespray
+    files = _render(tmp_path / "old", NO_ETCD_ROLE + NO_EDGE)
+    hosts = inventory.read(files["hosts"])
+    hosts["all"]["children"]["etcd"] = {"hosts": {}}
+    inventory.write(hosts, files["hosts"])
+    output = _boilerplate(src, env, files["hosts"])
+    assert not output.startswith("rc=0"), output
+    assert "Group 'etcd' cannot be empty in external etcd mode" in output
