@@ -15,15 +15,26 @@ from decice.records import RunRecord
 from decice.spec import LoadedSpec
 
 
+def stopped_in(record: RunRecord) -> list[str]:
+    """The phases an interrupted or failed run stopped in."""
+    wanted = {"interrupted": {"interrupted"}, "failed": {"failed"}}.get(record.status, set())
+    return [phase.name for phase in record.phases if phase.status in wanted]
+
+
 def brief(record: RunRecord) -> dict[str, Any]:
     return {
         "id": record.id,
         "command": record.command,
         "status": record.status,
+        "phases": stopped_in(record),  # where an interrupted or failed run stopped
         "started": record.started,
         "seconds": record.seconds,
         "target": record.target,
     }
+
+
+def _status_text(status: str, phases: list[str]) -> str:
+    return f"{status} in {', '.join(phases)}" if phases else status
 
 
 def warn(message: str) -> None:
@@ -79,7 +90,8 @@ def render_status(data: dict[str, Any], console: Console) -> None:
     console.print(
         "last run   none"
         if last is None
-        else f"last run   {last['id']} {last['command']} {last['status']} ({data['runs']} runs)"
+        else f"last run   {last['id']} {last['command']} "
+        f"{_status_text(last['status'], last['phases'])} ({data['runs']} runs)"
     )
     console.print(f"baselines  {', '.join(data['baselines']) or 'none'}")
     console.print(f"kubeconfig {data['kubeconfig'] or 'none'}")
@@ -96,7 +108,8 @@ def render_runs(runs: list[RunRecord], console: Console) -> None:
         table.add_column(column)
     for run in runs:
         seconds = f"{run.seconds:.1f}s" if run.seconds is not None else ""
-        table.add_row(run.id, run.command, run.status, run.target, run.started, seconds)
+        status = _status_text(run.status, stopped_in(run))
+        table.add_row(run.id, run.command, status, run.target, run.started, seconds)
     console.print(table)
 
 

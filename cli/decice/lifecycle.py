@@ -11,6 +11,11 @@ stops the phase that runs (ansible-playbook's process group is killed, a Python 
 gets KeyboardInterrupt), the run is recorded ``interrupted`` with that phase, and the
 lock is released only after every child has ended. When the run ends its directory
 keeps no secret (decice.redact).
+
+A run killed outright (SIGKILL) cannot do any of that: every process it starts carries
+its tag, and the next command here stops what it left and closes its record
+(decice.recovery). The record is saved whenever a phase starts or ends, so a killed
+run's record names the phase it was in.
 """
 
 from __future__ import annotations
@@ -24,7 +29,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from decice import interrupt, inventory, paths, phases, records, redact, targets, versions
+from decice import (
+    interrupt,
+    inventory,
+    paths,
+    phases,
+    proctree,
+    records,
+    recovery,
+    redact,
+    targets,
+    versions,
+)
 from decice.errors import DeciceError
 from decice.progress import View
 from decice.records import PhaseRecord, RunRecord, RunStore
@@ -107,13 +123,18 @@ class _Run:
         self.store, self.record, self.inventory_path = store, record, inventory_path
         self.inventory, self.target = inv, target
         self._last_save = 0.0
+        self._saved_statuses: list[str] = []
 
     def _tick(self, event: Any = None, task: str = "") -> None:
+        """Show progress; save the record every SAVE_EVERY_S and whenever a phase's
+        status changed (a run killed right after a phase started names that phase)."""
         self.view.update(event, self.record, task)
-        if time.monotonic() - self._last_save > SAVE_EVERY_S:
+        statuses = [phase.status for phase in self.record.phases]
+        if statuses != self._saved_statuses or time.monotonic() - self._last_save > SAVE_EVERY_S:
             with interrupt.shielded():
                 self.store.save(self.record)
             self._last_save = time.monotonic()
+            self._saved_statuses = statuses
 
     def ansible(self, names: list[str]) -> bool:
         run = PlaybookRun(
@@ -206,6 +227,7 @@ def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -
             command=command,
             argv=sys.argv[1:],
             pid=os.getpid(),
+            pid_start=proctree.start_time(os.getpid()) or 0,
             host=socket.gethostname(),
             spec=loaded.label,
             spec_sha256=loaded.sha256,
@@ -213,6 +235,7 @@ def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -
             versions=versions.summary(),
             phases=[PhaseRecord(name=name) for name in selected],
         )
+        record.process_tag = recovery.tag_for(state_dir, record.id)
         started = time.monotonic()
         with interrupt.shielded(deliver=False):  # a signal now is seen before the 1st phase
             run_dir = store.create(record)
@@ -223,23 +246,27 @@ def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -
         keys_before = inventory.key_count(loaded)  # host keys accept-new will record
         try:
             view.start(record)
+            for note in recovery.recover(store, state_dir, record):  # runs killed before
+                record.notes.append(note)
+                view.note(note)
             if target.creates_hosts and command == "up" and not options.check:
                 view.update(None, record, f"creating the {target.name} hosts")
                 inv = inventory.build(loaded, target.allocate(loaded, create=True))
             inv_path = run_dir / "inventory.yml"
             record.inventory_sha256 = inventory.write(inv, inv_path)
             run = _Run(command, loaded, options, view, store, record, inv_path, inv, target)
-            for names in _groups(command, selected, in_python):
-                _stop_if_interrupted()
-                segment = names
-                ok = (
-                    run.python(names[0], in_python[names[0]])
-                    if names[0] in in_python
-                    else run.ansible(names)
-                )
-                _stop_if_interrupted()
-                if not ok and command not in CHECKS_EVERY_PHASE:
-                    break
+            with recovery.tagged(record.process_tag):
+                for names in _groups(command, selected, in_python):
+                    _stop_if_interrupted()
+                    segment = names
+                    ok = (
+                        run.python(names[0], in_python[names[0]])
+                        if names[0] in in_python
+                        else run.ansible(names)
+                    )
+                    _stop_if_interrupted()
+                    if not ok and command not in CHECKS_EVERY_PHASE:
+                        break
         except DeciceError as exc:
             record.failures.append(
                 {"phase": "-", "host": "-", "task": "-", "status": "failed", "message": str(exc)}

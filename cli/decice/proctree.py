@@ -5,7 +5,8 @@ ansible-core's workers call setsid(): they, and the module processes they run, a
 other groups and would be left running, orphaned. :func:`kill_tree` first stops
 (SIGSTOP) the process and, until the tree no longer grows, every descendant (a stopped
 process can neither fork nor exit, so none escapes by being re-parented), then kills
-them all with SIGKILL.
+them all with SIGKILL. :func:`kill_all` does the same for any set of processes a
+function finds (decice.recovery: the processes a killed run left).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 ProcKey = tuple[int, int]  # pid, kernel start time: a reused pid is another process
@@ -29,6 +31,33 @@ def _stat(pid: int) -> tuple[int, int] | None:
     if fields[0] in {"Z", "X"}:
         return None
     return int(fields[1]), int(fields[19])
+
+
+def start_time(pid: int) -> int | None:
+    """Kernel start time (clock ticks since boot) of a live ``pid``; None when gone."""
+    stat = _stat(pid)
+    return None if stat is None else stat[1]
+
+
+def alive(key: ProcKey) -> bool:
+    """True while the process ``key`` names runs (a reused pid is another process)."""
+    return start_time(key[0]) == key[1]
+
+
+def ancestors(pid: int | None = None) -> set[int]:
+    """``pid`` (default: this process) and every process above it."""
+    out: set[int] = set()
+    current: int | None = os.getpid() if pid is None else pid
+    while current and current not in out:
+        out.add(current)
+        stat = _stat(current)
+        current = None if stat is None else stat[0]
+    return out
+
+
+def pids() -> list[int]:
+    """Every process id /proc lists now."""
+    return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
 
 
 def _parents() -> dict[int, int]:
@@ -71,9 +100,22 @@ def kill_tree(root: int, *, rounds: int = 20) -> list[ProcKey]:
     """SIGSTOP ``root`` and its descendants until the tree is stable, then SIGKILL all.
 
     Returns the processes killed."""
+    return kill_all(lambda: tree(root), rounds=rounds)
+
+
+def kill_all(
+    find: Callable[[], Iterable[ProcKey]], *, rounds: int = 20, wait: float = 0.0
+) -> list[ProcKey]:
+    """SIGSTOP what ``find`` returns until it finds nothing new, then SIGKILL all.
+
+    A stopped process cannot fork, so what ``find`` selects by a mark its children
+    inherit (a tree, an environment variable) is complete once a round adds nothing.
+    With ``wait``, waits up to that many seconds for them to be gone (processes that are
+    not this one's children are reaped by their new parent). Returns the processes
+    killed."""
     stopped: set[ProcKey] = set()
     for _ in range(rounds):
-        members = [key for key in tree(root) if key not in stopped]
+        members = [key for key in find() if key not in stopped]
         if not members:
             break
         for key in members:
@@ -81,6 +123,9 @@ def kill_tree(root: int, *, rounds: int = 20) -> list[ProcKey]:
             stopped.add(key)
     for key in stopped:
         _send(key, signal.SIGKILL)
+    deadline = time.monotonic() + wait
+    while wait and any(alive(key) for key in stopped) and time.monotonic() < deadline:
+        time.sleep(0.05)
     return sorted(stopped)
 
 

@@ -4,8 +4,14 @@ The state dir and the directories decice keeps in it are 0700 and never symlinks
 lifecycle command takes the lock (:func:`acquire_lock`), which refuses a symlinked state
 dir, lock or subdirectory (exit 2) and sets a looser mode back to 0700 (noted in the run
 record). The lock is opened without following a symlink and never truncated by opening
-it; its holder line is rewritten in place only while the ``flock`` is held. Every record
-is written to a fresh temp file, fsynced, and renamed over the old one.
+it; its holder line is rewritten in place only while the ``flock`` is held (padded so a
+reader sees the old line or the new one, never a mix). Every record is written to a fresh
+temp file, fsynced, and renamed over the old one.
+
+A record still ``running`` whose process is gone belongs to a run that was killed (SIGKILL,
+a crash): it reads as ``interrupted`` in the phase it was in (:func:`close_killed`), and
+the next command under the lock stops what that run left and saves it so
+(decice.recovery).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from decice import atomicfile, paths
+from decice import atomicfile, paths, proctree
 from decice.errors import InputError, LockHeldError
 
 LOCK_NAME = paths.STATE_LOCK_NAME
@@ -97,14 +103,6 @@ class LockHolder:
 
     def describe(self) -> str:
         return f"pid {self.pid} on {self.host} ({self.command}, since {self.since})"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError as exc:
-        return exc.errno == errno.EPERM
-    return True
 
 
 def _parse_holder(raw: bytes) -> LockHolder | None:
@@ -192,14 +190,22 @@ def acquire_lock(state_dir: Path, command: str) -> Lock:
         previous = _read_holder(fd)
         took_over = previous if previous and previous.pid != os.getpid() else None
         holder = LockHolder(os.getpid(), socket.gethostname(), now(), command)
-        line = json.dumps(asdict(holder)).encode()
-        os.pwrite(fd, line, 0)  # in place, under the flock: readers see whole lines
-        os.ftruncate(fd, len(line))
-        os.fsync(fd)
+        _write_holder(fd, holder)
     except BaseException:
         os.close(fd)  # closing drops the flock
         raise
     return Lock(path=path, holder=holder, took_over=took_over, notes=notes, _fd=fd)
+
+
+def _write_holder(fd: int, holder: LockHolder) -> None:
+    """Rewrite the holder line in place (the flock is on this inode, so no rename): one
+    write of the new line padded with spaces to the old length, then the truncation, so
+    a reader sees the old line or the new one (JSON allows the trailing spaces)."""
+    line = json.dumps(asdict(holder)).encode()
+    old_size = os.fstat(fd).st_size
+    os.pwrite(fd, line + b" " * max(0, min(old_size, _HOLDER_MAX) - len(line)), 0)
+    os.ftruncate(fd, len(line))
+    os.fsync(fd)
 
 
 def current_holder(state_dir: Path) -> LockHolder | None:
@@ -235,7 +241,7 @@ def locked(state_dir: Path, command: str) -> Iterator[Lock]:
 @dataclass
 class PhaseRecord:
     name: str
-    status: str = "pending"  # pending|running|ok|failed|skipped
+    status: str = "pending"  # pending|running|ok|incomplete|failed|skipped|interrupted|not run
     started: str | None = None
     ended: str | None = None
     seconds: float | None = None
@@ -268,6 +274,9 @@ class RunRecord:
     installed: dict[str, dict[str, Any]] = field(default_factory=dict)
     verified: dict[str, str] = field(default_factory=dict)  # add-on -> its check's outcome
     artifacts: str = ""
+    # how the next run finds this one's processes if it is killed (decice.recovery)
+    pid_start: int = 0  # kernel start time of ``pid`` (a reused pid is another process)
+    process_tag: str = ""  # DECICE_RUN_TAG of every process this run starts
 
     def phase(self, name: str) -> PhaseRecord:
         for phase in self.phases:
@@ -282,6 +291,44 @@ class RunRecord:
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
         phases = [PhaseRecord(**p) for p in data.get("phases", [])]
         return cls(**{**data, "phases": phases})
+
+
+def is_killed(record: RunRecord) -> bool:
+    """Is ``record`` still ``running`` though its process is gone (killed, crashed)?
+
+    A record of another host counts as gone: only the lock's holder writes records."""
+    if record.status != "running":
+        return False
+    if record.host != socket.gethostname():
+        return True
+    start = proctree.start_time(record.pid)
+    if start is None:  # gone (or a zombie)
+        return True
+    return bool(record.pid_start) and start != record.pid_start  # its pid was reused
+
+
+def close_killed(record: RunRecord, note: str) -> str:
+    """Record a killed run ``interrupted``: the phase(s) it was running ``interrupted``
+    (none running: the first one pending, which it was starting), the rest ``not run``;
+    ``note`` is added. Returns where it was killed ("in addons", ...)."""
+    record.status = "interrupted"
+    running = [phase for phase in record.phases if phase.status == "running"]
+    if not running:
+        running = [phase for phase in record.phases if phase.status == "pending"][:1]
+    for phase in running:
+        phase.status = "interrupted"
+    for phase in record.phases:
+        if phase.status == "pending":
+            phase.status = "not run"
+    if running:
+        where = "in " + ", ".join(phase.name for phase in running)
+    else:
+        where = "after its last phase" if record.phases else "before its first phase"
+    record.notes.append(
+        f"killed {where}: decice (pid {record.pid} on {record.host}) ended without "
+        f"closing this record; {note}"
+    )
+    return where
 
 
 def new_run_id() -> str:
@@ -313,11 +360,22 @@ class RunStore:
         if not isinstance(data, dict):
             raise ValueError(f"not a JSON object but a {type(data).__name__}")
         record = RunRecord.from_dict(data)
-        if record.status == "running" and not (
-            record.host == socket.gethostname() and _pid_alive(record.pid)
-        ):
-            record.status = "interrupted"
+        if is_killed(record):
+            close_killed(record, "the next up, down, reset or verify stops what it left running")
         return record
+
+    def unclosed(self, exclude: str = "") -> list[RunRecord]:
+        """The records of killed runs as stored (still ``running``), oldest first."""
+        out = []
+        for path in sorted(self.root.glob(f"*/{RECORD_NAME}")) if self.root.is_dir() else []:
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+                record = RunRecord.from_dict(data) if isinstance(data, dict) else None
+            except (OSError, ValueError, TypeError):
+                continue
+            if record is not None and record.id != exclude and is_killed(record):
+                out.append(record)
+        return out
 
     def list(self, on_skip: Callable[[Path, str], None] | None = None) -> list[RunRecord]:
         """The readable records, oldest first; ``on_skip(path, why)`` for each unreadable one."""
