@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import stat
 from pathlib import Path
@@ -117,17 +118,23 @@ def test_cluster_and_reset_contract(workspace, cache):
 
     # --- the inventory Kubespray reads (edge host e1 and localhost left out)
     inv_dir = run_dir / "kubespray" / "inventory"
+    trust = shlex.join(inventory.trust_options(ctx.loaded))  # ssh host-key trust, explicit
     assert inventory.read(inv_dir / "hosts.yml") == {
         "all": {
             "hosts": {
-                "cp1": {"ip": "10.1.0.10", "ansible_host": "192.0.2.10", "access_ip": "10.1.0.10"},
+                "cp1": {
+                    "ip": "10.1.0.10",
+                    "ansible_host": "192.0.2.10",
+                    "ansible_ssh_common_args": trust,
+                    "access_ip": "10.1.0.10",
+                },
+                # `ip` only when given: Kubespray detects it (its default route's address)
                 "w1": {
                     "ansible_user": "hpc",
                     "ansible_host": "192.0.2.11",
-                    "ip": "192.0.2.11",
-                    "access_ip": "192.0.2.11",
+                    "ansible_ssh_common_args": trust,
                 },
-                "w2": {"ansible_host": "node-w2.example"},
+                "w2": {"ansible_host": "node-w2.example", "ansible_ssh_common_args": trust},
             },
             "children": {
                 "kube_control_plane": {"hosts": {"cp1": None}},
@@ -155,6 +162,18 @@ def test_cluster_and_reset_contract(workspace, cache):
         "github_image_repo": "registry.local:5000",
         "docker_image_repo": "registry.local:5000",
         "quay_image_repo": "registry.local:5000",
+        "containerd_registries_mirrors": [
+            {
+                "prefix": "registry.local:5000",
+                "mirrors": [
+                    {
+                        "host": "https://registry.local:5000",
+                        "capabilities": ["pull", "resolve"],
+                        "skip_verify": False,
+                    }
+                ],
+            }
+        ],
     }
     cluster_vars = {
         "kube_network_plugin": "flannel",
@@ -206,12 +225,14 @@ def test_cluster_and_reset_contract(workspace, cache):
         "ansible_host": "192.0.2.10",
         "ip": "10.1.0.10",
         "access_ip": "10.1.0.10",
+        "ansible_ssh_common_args": trust,
         "group_names": ["etcd", "k8s_cluster", "kube_control_plane"],
         **merged,
     }
     assert seen["hostvars"]["w1"]["ansible_user"] == "hpc"
     assert seen["hostvars"]["w2"] == {
         "ansible_host": "node-w2.example",
+        "ansible_ssh_common_args": trust,
         "group_names": ["k8s_cluster", "kube_node"],
         **merged,
     }
