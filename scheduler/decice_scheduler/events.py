@@ -201,47 +201,37 @@ class EventWriter:
         return EVENTS_V1 if status == 200 else CORE_V1
 
     async def _drain_loop(self, client: Client) -> None:
+        """``CONCURRENCY`` workers take records from the deque (no task per event); each
+        folds its record into the series and writes what is due, one write at a time.
+        All of them run on this thread's loop, so the series need no lock."""
         limiter = TokenBucket(self._qps, self._burst, clock=time.monotonic)
         failed = TokenBucket(self._failed_qps, self._failed_burst, clock=time.monotonic)
-        slots = asyncio.Semaphore(CONCURRENCY)
-        tasks: set[asyncio.Task[None]] = set()
         queue = self._queue
-        last_sweep = time.monotonic()
-
-        def spawn(coro: Any) -> None:
-            task = asyncio.create_task(coro)
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
+        stop = self._stop
+        last_sweep = [time.monotonic()]
 
         async def write(kind: str, series: _Series, reason: str, record: _Record) -> None:
-            async with slots:
+            if not limiter.try_acquire():
                 await limiter.acquire()
-                await self._write(client, kind, series, reason, record)
+            await self._write(client, kind, series, reason, record)
 
-        while True:
-            stopping = self._stop.is_set()
-            if not queue:
-                if stopping:
-                    break
-                now = time.monotonic()
-                if now - last_sweep >= 1.0:
-                    last_sweep = now
-                    for kind, series, reason, record in self._sweep(self._clock()):
-                        spawn(write(kind, series, reason, record))
-                await asyncio.sleep(IDLE_POLL)
-                continue
-            record = queue.popleft()
-            step = self._observe(record, failed)
-            if step is not None:
-                kind, series = step
-                if stopping or len(tasks) >= 4 * CONCURRENCY:
-                    await write(kind, series, record[0], record)
-                else:
-                    spawn(write(kind, series, record[0], record))
-            if len(tasks) >= 4 * CONCURRENCY:
-                await asyncio.sleep(0)  # let the writes catch up before taking more
-        if tasks:
-            await asyncio.wait(set(tasks), timeout=5.0)
+        async def worker(sweeper: bool) -> None:
+            while True:
+                if not queue:
+                    if stop.is_set():
+                        return
+                    if sweeper and time.monotonic() - last_sweep[0] >= 1.0:
+                        last_sweep[0] = time.monotonic()
+                        for kind, series, reason, record in self._sweep(self._clock()):
+                            await write(kind, series, reason, record)
+                    await asyncio.sleep(IDLE_POLL)
+                    continue
+                record = queue.popleft()
+                step = self._observe(record, failed)
+                if step is not None:
+                    await write(step[0], step[1], record[0], record)
+
+        await asyncio.gather(*(worker(i == 0) for i in range(CONCURRENCY)))
         for kind, series, reason, record in self._sweep(float("inf")):
             await self._write(client, kind, series, reason, record)
 
