@@ -117,6 +117,23 @@ def _release_status(helm: Path, kubeconfig: Path, name: str, namespace: str) -> 
     return json.loads(out.stdout)["info"]["status"] if out.returncode == 0 else ""
 
 
+def _kill_helm_in(helm: Path, kubeconfig: Path, state: str, *args: str) -> None:
+    """``helm ARGS`` on the volcano release (post-renderer, --wait), SIGKILLed once the
+    release is in ``state``: what a run killed mid-helm leaves behind."""
+    argv = [str(helm), "--kubeconfig", str(kubeconfig), *args, "-n", "volcano-system",
+            "--post-renderer", POST_RENDERER, "--wait", "--timeout", "10m"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(
+            f"a {state} release",
+            lambda: _release_status(helm, kubeconfig, "volcano", "volcano-system") == state,
+            timeout=120,
+        )
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+
 @pytest.fixture(scope="module")
 def env(
     sim_control_plane: ControlPlaneInfo,
@@ -160,25 +177,16 @@ def test_volcano_and_trainer_up_idempotent_down_zero_leftovers(env: dict[str, An
     # a killed install left the release pending-install: `up` must complete it anyway
     client.CoreV1Api(api).create_namespace({"metadata": {"name": "volcano-system"}})
     chart = MIRROR / "charts" / "volcano-1.15.1.tgz"
-    killed = subprocess.Popen(
-        [str(helm), "--kubeconfig", str(kc), "install", "volcano", str(chart), "-n",
-         "volcano-system", "--post-renderer", POST_RENDERER, "--wait", "--timeout", "10m"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    wait_for(
-        "a pending-install release",
-        lambda: _release_status(helm, kc, "volcano", "volcano-system") == "pending-install",
-        timeout=120,
-    )
-    killed.send_signal(signal.SIGKILL)
-    killed.wait()
+    _kill_helm_in(helm, kc, "pending-install", "install", "volcano", str(chart))
 
     rc, out, stats = _play("up", both)
     assert rc == 0, out[-6000:]
     assert stats["changed"] > 0
     # ready = also a ready endpoint behind each service the add-on's webhooks call
-    assert "(item=volcano-admission-service)" in out
+    endpoints = client.CoreV1Api(api).read_namespaced_endpoints(
+        "volcano-admission-service", "volcano-system"
+    )
+    assert any(subset.addresses for subset in endpoints.subsets or []), "up ended before it"
     assert _release_status(helm, kc, "volcano", "volcano-system") == "deployed"
     assert _release_status(helm, kc, "kubeflow-trainer", "kubeflow-system") == "deployed"
     ext = client.ApiextensionsV1Api(api)
@@ -205,21 +213,11 @@ def test_volcano_and_trainer_up_idempotent_down_zero_leftovers(env: dict[str, An
 
     # an upgrade killed while helm waits leaves the release pending-upgrade (helm then
     # refuses every operation on it): `up` must roll it back and complete
-    stuck = subprocess.Popen(
-        [str(helm), "--kubeconfig", str(kc), "upgrade", "volcano", str(chart), "-n",
-         "volcano-system", "--reuse-values", "--set", "custom.scheduler_ns.decice=nowhere",
-         "--post-renderer", POST_RENDERER, "--wait", "--timeout", "10m"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    _kill_helm_in(
+        helm, kc, "pending-upgrade", "upgrade", "volcano", str(chart), "--reuse-values",
+        "--set", "custom.scheduler_ns.decice=nowhere",
     )  # fmt: skip
-    wait_for(
-        "a pending-upgrade release",
-        lambda: _release_status(helm, kc, "volcano", "volcano-system") == "pending-upgrade",
-        timeout=120,
-    )
-    stuck.send_signal(signal.SIGKILL)
-    stuck.wait()
-    rc, out, _ = _play("up", both)
+    rc, out, _ = _play("up", _vars(env["tmp"], kc, helm, MIRROR, ("volcano",)))
     assert rc == 0, out[-6000:]
     history = _helm(helm, kc, "history", "volcano", "-n", "volcano-system", "-o", "json")
     assert "Rollback to 1" in [rev["description"] for rev in json.loads(history.stdout)]

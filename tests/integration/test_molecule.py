@@ -146,10 +146,9 @@ def test_addons_without_mirror_fails_naming_the_variable(tmp_path: Path):
     assert not (ephemeral / "decice.yaml").exists()
 
 
-def test_addons_destroy_after_a_create_that_stopped_half_way(tmp_path: Path):
-    """create wrote the spec, then `decice up` refused (a binaries directory that is not
-    one): destroy skips the add-ons (no baseline: nothing was installed), runs `decice
-    reset` on the spec, and succeeds."""
+def _addons_env(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """The ephemeral directory and environment of an `addons` scenario run (needs molecule
+    and the mirror)."""
     require(_molecule() is not None, "molecule is not installed (pip install -e .[test])")
     require((MIRROR / "charts" / "SHA256SUMS").is_file(), f"the add-on mirror {MIRROR}")
     ephemeral = tmp_path / "ephemeral"
@@ -157,6 +156,14 @@ def test_addons_destroy_after_a_create_that_stopped_half_way(tmp_path: Path):
         "DECICE_MIRROR": str(MIRROR),
         "MOLECULE_EPHEMERAL_DIRECTORY": str(ephemeral),
     }
+    return ephemeral, env
+
+
+def test_addons_destroy_after_a_create_that_stopped_half_way(tmp_path: Path):
+    """create wrote the spec, then `decice up` refused (a binaries directory that is not
+    one): destroy skips the add-ons (no baseline: nothing was installed), runs `decice
+    reset` on the spec, and succeeds."""
+    ephemeral, env = _addons_env(tmp_path)
     broken = env | {"DECICE_K8S_BIN_DIR": str(tmp_path / "no-such-dir")}
     code, out, _ = _run(["create", "-s", "addons"], broken, base=False)
     assert code != 0
@@ -187,13 +194,7 @@ def test_addons_scenario(tmp_path: Path, sim_binaries: BinarySet):
     kubeflow; idempotence; verify) kept up, verify once more after breaking one of its
     expectations (it must fail), then destroy: uninstall, zero API leftovers against
     converge's baseline, control plane stopped; and destroy again with nothing left."""
-    require(_molecule() is not None, "molecule is not installed (pip install -e .[test])")
-    require((MIRROR / "charts" / "SHA256SUMS").is_file(), f"the add-on mirror {MIRROR}")
-    ephemeral = tmp_path / "ephemeral"
-    env = _base_env() | {
-        "DECICE_MIRROR": str(MIRROR),
-        "MOLECULE_EPHEMERAL_DIRECTORY": str(ephemeral),
-    }
+    ephemeral, env = _addons_env(tmp_path)
     try:
         code, out, seconds = _run(["test", "-s", "addons", "--destroy", "never"], env, base=False)
         assert code == 0, f"molecule test failed after {seconds:.0f} s:\n{out[-6000:]}"

@@ -1,0 +1,57 @@
+"""The add-on engine's readiness filters: what is still to be waited for."""
+
+from __future__ import annotations
+
+import importlib.util
+from types import ModuleType
+
+import pytest
+
+from tests.support import REPO
+
+pytestmark = pytest.mark.unit
+
+
+def _filters() -> ModuleType:
+    path = REPO / "ansible_collections" / "decice" / "hybrid" / "plugins" / "filter" / "addons.py"
+    spec = importlib.util.spec_from_file_location("decice_filter_addons", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _obj(name: str, *conditions: tuple[str, str]) -> dict[str, object]:
+    return {
+        "metadata": {"name": name},
+        "status": {"conditions": [{"type": t, "status": s} for t, s in conditions]},
+    }
+
+
+def test_not_ready_names_objects_without_the_true_condition() -> None:
+    filters = _filters()
+    objects = [
+        _obj("ready", ("Established", "True")),
+        _obj("false", ("Established", "False")),
+        _obj("other", ("NamesAccepted", "True")),
+        {"metadata": {"name": "no-status"}},
+        {"metadata": {"name": "null-status"}, "status": None},
+    ]
+    assert filters.not_ready(objects, "Established") == [
+        "false",
+        "other",
+        "no-status",
+        "null-status",
+    ]
+    assert filters.not_ready([], "Available") == []
+
+
+def test_without_ready_address_keeps_services_lacking_a_ready_backend() -> None:
+    filters = _filters()
+    endpoints = [
+        {"metadata": {"name": "up"}, "subsets": [{"addresses": [{"ip": "10.0.0.1"}]}]},
+        {"metadata": {"name": "not-ready"}, "subsets": [{"notReadyAddresses": [{"ip": "x"}]}]},
+        {"metadata": {"name": "empty"}, "subsets": None},
+    ]
+    services = ["up", "not-ready", "empty", "missing"]
+    assert filters.without_ready_address(endpoints, services) == ["not-ready", "empty", "missing"]
