@@ -55,3 +55,30 @@ def test_without_ready_address_keeps_services_lacking_a_ready_backend() -> None:
     ]
     services = ["up", "not-ready", "empty", "missing"]
     assert filters.without_ready_address(endpoints, services) == ["not-ready", "empty", "missing"]
+
+
+def test_object_refs_keep_only_what_names_each_object() -> None:
+    filters = _filters()
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "queues.scheduling.volcano.sh", "uid": "u", "labels": {"a": "b"}},
+        "spec": {"group": "scheduling.volcano.sh"},
+    }
+    command = {
+        "apiVersion": "bus.volcano.sh/v1alpha1",
+        "kind": "Command",
+        "metadata": {"name": "held", "namespace": "volcano-system", "finalizers": ["x/y"]},
+    }
+    assert filters.object_refs([crd, command]) == [
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "queues.scheduling.volcano.sh"},
+        },
+        {
+            "apiVersion": "bus.volcano.sh/v1alpha1",
+            "kind": "Command",
+            "metadata": {"name": "held", "namespace": "volcano-system"},
+        },
+    ]
