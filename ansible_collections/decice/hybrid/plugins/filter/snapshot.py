@@ -194,6 +194,24 @@ def _command_output(results: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     return out
 
 
+def _from_observed(observed: Mapping[str, Any]) -> dict[str, Any]:
+    """The raw keys of :func:`host_snapshot` from a ``decice.hybrid.host_observe`` result."""
+    commands = [
+        {"item": list(c.get("argv") or []), "rc": c.get("rc"), "stdout": c.get("stdout", "")}
+        for c in observed.get("commands") or []
+    ]
+    ss = _command_output(commands).get("ss -Hltnu", "")
+    sysctls = observed.get("sysctls") or {}
+    paths = observed.get("paths") or {}
+    return {
+        "files": {k: v for k, v in (observed.get("files") or {}).items() if v is not None},
+        "commands": commands,
+        "ss_lines": _lines(ss),
+        "sysctl_lines": [f"{k} = {v}" for k, v in sysctls.items() if v is not None],
+        "stat_lines": [f"{k}\t{v}" for k, v in paths.items() if v is not None],
+    }
+
+
 def _slurped(results: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     """``{path: text}`` from the results of a looped ``slurp`` (unreadable files left out)."""
     files = {}
@@ -214,9 +232,15 @@ def host_snapshot(raw: Mapping[str, Any]) -> dict[str, list[str]]:
     ``raw`` keys: packages, services, ignore_services, ss_lines, slurped (results of a
     looped ``slurp``), sysctl_keys, sysctl_lines, paths, stat_lines, commands (results of
     a looped ``command`` over ``iptables-save``, ``ip6tables-save``, ``nft list tables``,
-    ``ip -o link``; a command that failed or is missing gives an empty section).
+    ``ip -o link``; a command that failed or is missing gives an empty section). Or
+    ``observed``: the result of the ``decice.hybrid.host_observe`` module, which stands for
+    slurped, commands (``ss -Hltnu`` included), sysctl_lines and stat_lines.
     """
+    observed = raw.get("observed")
+    if observed:
+        raw = {**raw, **_from_observed(observed)}
     files = _slurped(raw.get("slurped") or [])
+    files.update(raw.get("files") or {})
     outputs = _command_output(raw.get("commands") or [])
     hostname = [
         f"kernel={(_file(files, '/proc/sys/kernel/hostname') or '<unreadable>').strip()}",
