@@ -97,6 +97,10 @@ class PlaybookRun:
     ident: str = "run"
 
 
+#: hosts Ansible works on at once (ansible.cfg's figure); ANSIBLE_FORKS overrides it
+FORKS = 25
+
+
 def phase_of(play_name: str) -> str:
     """Phase of a play: plays are named ``"<phase>: <description>"``."""
     head, sep, _ = play_name.partition(":")
@@ -118,6 +122,9 @@ def ansible_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         # (decice.inventory.trust_options); an inherited "False" would add
         # StrictHostKeyChecking=no ahead of them
         "ANSIBLE_HOST_KEY_CHECKING": "True",
+        # as the checkout's ansible.cfg: Ansible's default of 5 runs a 10-node allocation's
+        # host phases in two batches per task
+        "ANSIBLE_FORKS": os.environ.get("ANSIBLE_FORKS", str(FORKS)),
         "PATH": os.pathsep.join([bindir, os.environ.get("PATH", "")]),
     }
     env.update(extra or {})
