@@ -18,7 +18,6 @@ import json
 import re
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -26,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client, config
 
 from decice import lab
@@ -38,7 +36,6 @@ from decice.spec_model import SimNodeGroup
 from tests.integration.labsupport import ssh
 from tests.integration.simsupport import require_sim
 from tests.support import (
-    REPO,
     pid_alive,
     pod_manifest,
     run_decice,
@@ -285,29 +282,12 @@ def relayed_api(
         relay.stop()
 
 
-@pytest.fixture(scope="module")
-def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Dependencies for offline hosts (lab nodes cannot reach the package index)."""
-    defaults = (
-        REPO / "ansible_collections/decice/hybrid/roles/scheduler/defaults/main.yml"
-    ).read_text()
-    reqs = yaml.safe_load(defaults)["scheduler_pip_requirements"]
-    out = tmp_path_factory.mktemp("wheelhouse")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "-d", str(out), *reqs, "pip"],
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
-    return out
-
-
 def test_role_systemd_units_with_leader_election_on_lab_nodes(
     lab_nodes: lab.LabInfo,
     relayed_api: tuple[ControlPlaneInfo, client.CoreV1Api],
-    wheelhouse: Path,
     tmp_path: Path,
 ) -> None:
+    # no scheduler_wheelhouse: the controller builds one, the nodes install --no-index
     info, api = relayed_api
     hosts = [n.name for n in lab_nodes.nodes]
     state = tmp_path / "state"
@@ -318,7 +298,6 @@ def test_role_systemd_units_with_leader_election_on_lab_nodes(
         "scheduler_uninstall_hosts": hosts,
         "scheduler_replicas": 2,
         "scheduler_copy_kubeconfig": True,
-        "scheduler_wheelhouse": str(wheelhouse),
     }
     coord = client.CoordinationV1Api(api.api_client)
     # no baseline yet: the role refuses before it changes any host
