@@ -277,7 +277,7 @@ def test_hosts_sharing_the_kernel_keep_swap_sysctls_and_modules(tmp_path: Path) 
 
 
 def test_lab_hosts_always_share_the_kernel() -> None:
-    hosts = {"all": {"hosts": {"node1": {}}}}
+    hosts: dict[str, Any] = {"all": {"hosts": {"node1": {}}}}
     assert render.kernel_shared(hosts, "lab") is True
     assert render.kernel_shared(hosts, "static") is False
     assert render.kernel_shared({"all": {"hosts": {"a": {"prepare_kernel_wide": "no"}}}}, "slurm")
