@@ -119,6 +119,16 @@ def assign_roles(machines: tuple[Machine, ...], rules: AllocationSpec) -> dict[s
     return groups
 
 
+def _ssh_config_path(loaded: LoadedSpec) -> Path | None:
+    value = loaded.spec.allocation.ssh_config
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_absolute() and loaded.source is not None:
+        path = loaded.source.parent / path
+    return path
+
+
 def _ssh_args(loaded: LoadedSpec) -> str:
     """ssh options from the spec: an ssh config (names that do not resolve) and a jump host.
 
@@ -128,10 +138,8 @@ def _ssh_args(loaded: LoadedSpec) -> str:
     """
     rules = loaded.spec.allocation
     args = []
-    if rules.ssh_config:
-        path = Path(rules.ssh_config).expanduser()
-        if not path.is_absolute() and loaded.source is not None:
-            path = loaded.source.parent / path
+    path = _ssh_config_path(loaded)
+    if path is not None:
         if not path.is_file():
             raise InputError(
                 f"allocation.ssh_config: {path} does not exist\n"
@@ -188,11 +196,27 @@ def _option_name(word: str) -> str:
     return re.split(r"[=\s]", word.strip(), maxsplit=1)[0].lower()
 
 
-def _with_trust(existing: str, trust: list[str]) -> str:
+def _configured_options(loaded: LoadedSpec) -> set[str]:
+    """Option names (lower case) that ``allocation.ssh_config`` sets anywhere: the user's
+    own trust settings there (a lab's known_hosts, a site's) are not overridden."""
+    path = _ssh_config_path(loaded)
+    if path is None or not path.is_file():
+        return set()
+    names = set()
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        words = line.strip().replace("=", " ", 1).split()
+        if words and not words[0].startswith("#"):
+            names.add(words[0].lower())
+    return names
+
+
+def _with_trust(
+    existing: str, trust: list[str], configured: frozenset[str] | set[str] = frozenset()
+) -> str:
     """``existing`` ssh args plus each trust option it does not set itself (ssh takes the
     first value of an option, so a host's own setting - a lab's known_hosts - stays)."""
     words = shlex.split(existing)
-    have = {_option_name(w) for w in words}
+    have = {_option_name(w) for w in words} | set(configured)
     extra: list[str] = []
     for flag, option in zip(trust[::2], trust[1::2], strict=True):
         if option.split("=", 1)[0].lower() not in have:
@@ -286,12 +310,13 @@ def build(loaded: LoadedSpec, allocation: Allocation | None) -> dict[str, Any]:
             hostvars[machine.name] = hv
         ssh_args = _ssh_args(loaded)
         trust = trust_options(loaded)
+        configured = _configured_options(loaded)
         for name in (m.name for m in allocation.machines):
             hv = hostvars[name]
             if hv.get("ansible_connection") in {"local", "podman", "docker"}:
                 continue
             common = str(hv.get("ansible_ssh_common_args", ssh_args))
-            hv["ansible_ssh_common_args"] = Unsafe(_with_trust(common, trust))
+            hv["ansible_ssh_common_args"] = Unsafe(_with_trust(common, trust, configured))
         for group in GROUPS:
             children[group] = {"hosts": dict.fromkeys(groups[group])}
     children["k8s_cluster"] = {"children": {"kube_control_plane": {}, "kube_node": {}}}

@@ -108,6 +108,24 @@ def test_a_hosts_own_trust_settings_win(tmp_path: Path) -> None:
     assert "ansible_ssh_common_args" not in hosts["l1"]
 
 
+def test_trust_set_in_the_ssh_config_is_kept(tmp_path: Path) -> None:
+    """A site's (or a lab's) ssh config that names its known_hosts is not overridden:
+    ssh takes the command line's value first, so decice adds only what it does not set."""
+    (tmp_path / "ssh.cfg").write_text(
+        "Host *\n  UserKnownHostsFile /site/known_hosts\n  # StrictHostKeyChecking no\n"
+    )
+    loaded = _loaded(tmp_path, HOSTS + "allocation: {ssh_config: ssh.cfg}\n")
+    args = shlex.split(_inv(loaded)["all"]["hosts"]["w1"]["ansible_ssh_common_args"])
+    assert args == [
+        "-F",
+        str(tmp_path / "ssh.cfg"),
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+    ]
+
+
 def test_host_key_checking_cannot_be_turned_off_from_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
