@@ -36,6 +36,7 @@ import asyncio
 import collections
 import logging
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -60,7 +61,8 @@ PATCH_EVERY = 30.0  # a growing series is written at most this often
 CONCURRENCY = 32
 NOTE_LIMIT = 1024  # events.k8s.io/v1 note limit
 INSTANCE_LIMIT = 128  # reportingInstance limit
-IDLE_POLL = 0.05  # the writer looks at the deque this often when it was empty
+IDLE_POLL = 0.05
+SWITCH_INTERVAL = 0.0005  # the writer looks at the deque this often when it was empty
 
 # (reason, namespace, name, uid, resourceVersion, message, wall time)
 _Record = tuple[str, str, str, str, str, str, float]
@@ -168,6 +170,10 @@ class EventWriter:
     def start(self) -> None:
         if not self.enabled or self._thread is not None:
             return
+        # the writer thread is busy while the scheduling loop waits on I/O: with the
+        # default 5 ms GIL switch interval the loop would wait up to 5 ms after every
+        # poll for the writer to let go (a convoy); 0.5 ms keeps the loop responsive
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
         self._thread = threading.Thread(target=self._target, name="event-writer", daemon=True)
         self._thread.start()
 
