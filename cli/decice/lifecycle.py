@@ -246,7 +246,8 @@ def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -
         keys_before = inventory.key_count(loaded)  # host keys accept-new will record
         try:
             view.start(record)
-            for note in recovery.recover(store, state_dir, record):  # runs killed before
+            # runs killed before this one: stop what they left, close their records
+            for note in recovery.recover(store, state_dir, record, act=not options.check):
                 record.notes.append(note)
                 view.note(note)
             if target.creates_hosts and command == "up" and not options.check:

@@ -140,9 +140,12 @@ def stop_leftovers(state_dir: Path, tag: str) -> list[str]:
     return [names.get(key) or describe(key) for key in killed]
 
 
-def recover(store: RunStore, state_dir: Path, current: RunRecord) -> list[str]:
+def recover(store: RunStore, state_dir: Path, current: RunRecord, *, act: bool = True) -> list[str]:
     """Close every run record a killed decice left ``running`` (the caller holds the
-    lock) after stopping what that run left running here; notes for ``current``."""
+    lock) after stopping what that run left running here; notes for ``current``.
+
+    Without ``act`` (``--check``) nothing is stopped or rewritten: the notes say what
+    the next run will stop."""
     notes = []
     here = socket.gethostname()
     for stale in store.unclosed(exclude=current.id):
@@ -150,6 +153,17 @@ def recover(store: RunStore, state_dir: Path, current: RunRecord) -> list[str]:
             what = f"processes it may have left on {stale.host} were not looked for"
         elif not stale.process_tag:
             what = "it recorded no process tag (an older decice): its processes were not looked for"
+        elif not act:
+            left = [
+                describe(key)
+                for key in tagged_processes(stale.process_tag, kept_processes(state_dir))
+            ]
+            notes.append(
+                f"run {stale.id} ({stale.command}) was killed; check mode: not stopped, "
+                f"not recorded: {len(left)} process(es) it left running"
+                + (f": {_named(left)}" if left else "")
+            )
+            continue
         else:
             stopped = stop_leftovers(state_dir, stale.process_tag)
             what = (

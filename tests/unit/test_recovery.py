@@ -180,6 +180,22 @@ def test_recover_stops_what_the_killed_run_left_and_closes_its_record(
     assert recovery.recover(store, tmp_path, current) == []  # closed once
 
 
+def test_check_mode_only_says_what_the_next_run_will_stop(
+    tmp_path: Path, spawned: list[subprocess.Popen[bytes]]
+) -> None:
+    store = RunStore(tmp_path)
+    tag = recovery.tag_for(tmp_path, "20260101T000000-aaaa")
+    store.create(_killed_record("20260101T000000-aaaa", tag, "running"))
+    leftover = _start(spawned, tag, "exec sleep 305")
+    current = run_record("20260101T000001-bbbb")
+    assert recovery.recover(store, tmp_path, current, act=False) == [
+        "run 20260101T000000-aaaa (up) was killed; check mode: not stopped, not recorded: "
+        f"1 process(es) it left running: sleep (pid {leftover[0]})"
+    ]
+    assert proctree.alive(leftover)
+    assert [r.id for r in store.unclosed()] == ["20260101T000000-aaaa"]
+
+
 def test_a_run_that_still_runs_is_left_alone_a_reused_pid_is_not(tmp_path: Path) -> None:
     store = RunStore(tmp_path)
     live = run_record("20260101T000000-cccc", host=os.uname().nodename)
