@@ -422,6 +422,8 @@ def test_role_deployment_mode_objects_and_uninstall(
             (("",), ("pods", "nodes"), ("get", "list", "watch")),
             (("",), ("pods/binding",), ("create",)),
             (("",), ("events",), ("create", "patch")),
+            (("events.k8s.io",), ("events",), ("create", "patch")),
+            (("scheduling.x-k8s.io",), ("podgroups",), ("get", "list", "watch")),
         }
         role = rbac.read_namespaced_role("decice-scheduler-leader-election", "kube-system")
         assert {tuple(sorted(r.verbs)) for r in role.rules} == {("create",), ("get", "update")}
