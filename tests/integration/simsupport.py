@@ -6,7 +6,8 @@ real processes (command lines from :mod:`decice.sim.nodes_service` and
 - :class:`SchedulerProc`: one decice-scheduler process (restartable), its /metrics,
   /debug/state and POST /debug/audit;
 - :func:`running_env`: control plane (with the stock kube-scheduler), node agent and
-  decice-scheduler, torn down again.
+  decice-scheduler, torn down again;
+- :func:`api_objects`: the cluster's objects over discovery, for zero-leftover diffs.
 """
 
 from __future__ import annotations
@@ -158,6 +159,43 @@ class SchedulerProc:
         status, body = http(self.port, "/debug/audit", method="POST")
         assert status == 200, body
         return dict(json.loads(body))
+
+
+def api_objects(api: client.ApiClient, namespaces: Sequence[str]) -> set[tuple[str, str, str, str]]:
+    """Independent of decice's scan: (apiVersion, kind, namespace, name) of every
+    cluster-scoped object and of every object in ``namespaces``, over discovery (types
+    that are only noise, default service accounts/tokens and root CA maps left out)."""
+    from kubernetes import dynamic
+    from kubernetes.client.rest import ApiException
+    from kubernetes.dynamic.resource import ResourceList
+
+    dyn = dynamic.DynamicClient(api)
+    noise = {"Event", "Lease", "Endpoints", "EndpointSlice", "ComponentStatus"}
+    out: set[tuple[str, str, str, str]] = set()
+    for resource in dyn.resources.search():
+        verbs = getattr(resource, "verbs", None) or []
+        if "list" not in verbs or "/" in resource.name or resource.kind in noise:
+            continue
+        if resource.preferred is False or isinstance(resource, ResourceList):
+            continue
+        try:
+            if resource.namespaced:
+                items = [i for ns in namespaces for i in resource.get(namespace=ns).items]
+            else:
+                items = resource.get().items
+        except ApiException:
+            continue
+        for item in items:
+            meta = item.metadata
+            if resource.kind == "Secret" and str(meta.name).startswith("default-token-"):
+                continue
+            if resource.kind in {"ServiceAccount", "ConfigMap"} and meta.name in {
+                "default",
+                "kube-root-ca.crt",
+            }:
+                continue
+            out.add((resource.group_version, resource.kind, meta.namespace or "", meta.name))
+    return out
 
 
 def assert_no_drift(sched: SchedulerProc) -> dict[str, Any]:

@@ -1,0 +1,225 @@
+"""KubeEdge (cloudcore), EdgeMesh and Sedna from the REAL charts (../shared/mirror) on the
+session's 1.20 sim control plane, through the collection's up/down playbooks.
+
+One lifecycle: up -> ready -> up again changes nothing -> down -> zero leftovers, checked
+by decice's own scan (down fails otherwise) and by an independent discovery diff. An
+Istio CRD present before `up` (as a real Istio would have it) is neither touched nor
+removed; the ones decice created are removed. The EdgeMesh PSK is generated, kept 0600
+in the state dir and appears nowhere in the output (run verbose) or the state dir.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, config
+
+from decice import addons, versions
+from decice.sim.binaries import BinarySet
+from decice.sim.controlplane import ControlPlaneInfo
+from tests.integration.simsupport import SchedulerProc, api_objects, start_agent, stop_process
+from tests.support import REPO, require, run_captured, run_playbook
+
+pytestmark = pytest.mark.addons
+
+MIRROR = REPO.parent / "shared" / "mirror"
+POST_RENDERER = str(Path(sys.executable).parent / "decice-sim-postrender")
+NAMESPACES = ("kubeedge", "sedna")
+ISTIO_KEPT = "gateways.networking.istio.io"  # "a real Istio's": there before up
+ISTIO_OURS = ("destinationrules.networking.istio.io", "virtualservices.networking.istio.io")
+EDGE_TAINT = {"key": "node-role.kubernetes.io/edge", "effect": "NoSchedule"}
+GROUPS = [
+    {
+        "name_prefix": "edgecp",
+        "count": 1,
+        "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+        "labels": {"node-role.kubernetes.io/control-plane": ""},
+        "taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}],
+    },
+    {"name_prefix": "edgewk", "count": 2, "capacity": {"cpu": "32", "memory": "128Gi"}},
+    {
+        "name_prefix": "edgeed",
+        "count": 2,
+        "capacity": {"cpu": "4", "memory": "8Gi", "pods": "50"},
+        "labels": {"node-role.kubernetes.io/edge": ""},
+        "taints": [EDGE_TAINT],
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def env(
+    sim_control_plane: ControlPlaneInfo,
+    sim_binaries: BinarySet,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, Any]]:
+    require((MIRROR / "charts" / "SHA256SUMS").is_file(), f"the upstream mirror {MIRROR}")
+    require(Path(POST_RENDERER).is_file(), f"{POST_RENDERER} (pip install -e .)")
+    tmp = tmp_path_factory.mktemp("edge-addons")
+    agent, _ = start_agent(sim_control_plane, tmp, GROUPS)
+    # the session control plane runs no kube-scheduler: the bundled scheduler places the
+    # add-ons' pods under the default scheduler's name
+    scheduler = SchedulerProc(sim_control_plane.kubeconfig, tmp, name="default-scheduler")
+    scheduler.start()
+    try:
+        yield {
+            "tmp": tmp,
+            "kubeconfig": sim_control_plane.kubeconfig,
+            "helm": sim_binaries.path("helm"),
+            "api": config.new_client_from_config(str(sim_control_plane.kubeconfig)),
+        }
+    finally:
+        scheduler.stop()
+        stop_process(agent)
+
+
+def _vars(env: dict[str, Any], enabled: tuple[str, ...]) -> Path:
+    data = {
+        "decice_kubeconfig": str(env["kubeconfig"]),
+        "decice_state_dir": str(env["tmp"] / "state"),
+        "decice_helm": str(env["helm"]),
+        "decice_post_renderer": POST_RENDERER,
+        "decice_mirror": str(MIRROR),
+        "decice_spec": {
+            "target": "sim",
+            "addons": {name: {"enabled": name in enabled} for name in addons.names()},
+        },
+    }
+    path = env["tmp"] / f"vars-{'-'.join(enabled)}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _play(command: str, varfile: Path) -> tuple[int, str, dict[str, int]]:
+    # -v: every task's result is printed, so a secret that escaped no_log would show
+    result = run_playbook("inventories/local", command, "-v", "--tags", "addons", "-e", f"@{varfile}")
+    recap = re.search(r"localhost\s+:\s+(.*)", result.stdout)
+    stats = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", recap.group(1))} if recap else {}
+    return result.returncode, result.stdout + result.stderr, stats
+
+
+def _helm_history(env: dict[str, Any], release: str, namespace: str) -> list[dict[str, Any]]:
+    out = run_captured(
+        [str(env["helm"]), "--kubeconfig", str(env["kubeconfig"]), "history", release,
+         "-n", namespace, "-o", "json"],
+        timeout=120,
+    )  # fmt: skip
+    return list(json.loads(out.stdout)) if out.returncode == 0 else []
+
+
+def _crds(api: client.ApiClient) -> dict[str, Any]:
+    ext = client.ApiextensionsV1Api(api)
+    found = ext.list_custom_resource_definition(_preload_content=False)
+    return {c["metadata"]["name"]: c["metadata"] for c in json.loads(found.data)["items"]}
+
+
+def _istio_crd(name: str) -> dict[str, Any]:
+    text = (MIRROR / "manifests" / "edgemesh-istio-crds-1.17.0.yaml").read_text()
+    return next(d for d in yaml.safe_load_all(text) if d and d["metadata"]["name"] == name)
+
+
+def test_kubeedge_edgemesh_sedna_up_idempotent_down_zero_leftovers(env: dict[str, Any]) -> None:
+    api, state = env["api"], env["tmp"] / "state"
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    ext = client.ApiextensionsV1Api(api)
+    # a real Istio's CRD, there before the add-ons: decice must neither change nor remove it
+    ext.create_custom_resource_definition(_istio_crd(ISTIO_KEPT))
+    kept_uid = _crds(api)[ISTIO_KEPT]["uid"]
+    before = api_objects(api, NAMESPACES)
+    varfile = _vars(env, ("kubeedge", "sedna"))
+
+    rc, out_up, stats = _play("up", varfile)
+    assert rc == 0, out_up[-6000:]
+    assert stats["changed"] > 0
+    for release, namespace in (("cloudcore", "kubeedge"), ("edgemesh", "kubeedge"), ("sedna", "sedna")):
+        history = _helm_history(env, release, namespace)
+        assert [h["status"] for h in history] == ["deployed"], (release, history)
+
+    # cloudcore: advertised on the API server's host (sim), dynamicController on, v1.23.1
+    config_map = core.read_namespaced_config_map("cloudcore", "kubeedge")
+    cloudcore_cfg = yaml.safe_load(config_map.data["cloudcore.yaml"])
+    assert cloudcore_cfg["modules"]["cloudHub"]["advertiseAddress"] == ["127.0.0.1"]
+    assert cloudcore_cfg["modules"]["dynamicController"]["enable"] is True
+    tag = versions.pinned()["kubeedge"]["cloudcore_chart"]["image_tag"]
+    image = apps.read_namespaced_deployment("cloudcore", "kubeedge").spec.template.spec.containers[0].image
+    assert image == f"kubeedge/cloudcore:{tag}"
+
+    # EdgeMesh: a PSK of decice's (0600), relay = the control-plane node, the Service label
+    psk_file = state / "addons" / "edgemesh-psk"
+    assert psk_file.stat().st_mode & 0o777 == 0o600
+    psk = psk_file.read_text().strip()
+    assert len(base64.b64decode(psk)) == 32
+    chart_default = "JugH9HP1XBouyO5pWGeZa8LtipDURrf17EJvUHcJGuQ="
+    in_cluster = core.read_namespaced_config_map("edgemesh-agent-psk", "kubeedge").data["psk"]
+    assert in_cluster.strip() == psk != chart_default
+    agent_cfg = core.read_namespaced_config_map("edgemesh-agent-cfg", "kubeedge").data
+    assert "edgecp-0" in agent_cfg["edgemesh-agent.yaml"]
+    service = core.read_namespaced_service("kubernetes", "default")
+    assert "service.edgemesh.kubeedge.io/service-proxy-name" in (service.metadata.labels or {})
+
+    # Istio CRDs: the one that was there untouched, the others created and labelled
+    crds = _crds(api)
+    assert crds[ISTIO_KEPT]["uid"] == kept_uid
+    assert "app.kubernetes.io/managed-by" not in (crds[ISTIO_KEPT].get("labels") or {})
+    for name in ISTIO_OURS:
+        assert crds[name]["labels"]["app.kubernetes.io/managed-by"] == "decice"
+
+    # Sedna: 11 CRDs applied server-side, v0.7.0 images, lc on worker and edge nodes
+    assert len([n for n in crds if n.endswith(".sedna.io")]) == 11
+    images = versions.pinned()["sedna"]["images"]
+    gm = apps.read_namespaced_deployment("gm", "sedna").spec.template.spec.containers[0].image
+    assert gm == images["gm"]
+    lc = apps.read_namespaced_daemon_set("lc", "sedna")
+    assert lc.spec.template.spec.containers[0].image == images["lc"]
+    assert lc.status.number_ready == lc.status.desired_number_scheduled == 4  # 2 workers + 2 edge
+    pods = core.list_namespaced_pod("sedna", label_selector="sedna=lc").items
+    assert {p.spec.node_name for p in pods} == {"edgewk-0", "edgewk-1", "edgeed-0", "edgeed-1"}
+
+    installed = api_objects(api, NAMESPACES) - before
+    kinds = {(kind, name) for _, kind, _, name in installed}
+    assert ("Namespace", "sedna") in kinds and ("Namespace", "kubeedge") in kinds
+    assert ("CustomResourceDefinition", "models.sedna.io") in kinds
+
+    rc, out_again, stats = _play("up", varfile)
+    assert rc == 0, out_again[-6000:]
+    assert stats["changed"] == 0, "a second up changed something"
+    for release, namespace in (("cloudcore", "kubeedge"), ("edgemesh", "kubeedge"), ("sedna", "sedna")):
+        assert len(_helm_history(env, release, namespace)) == 1, f"a second up upgraded {release}"
+
+    # what a live cloudcore creates at run time (helm owns none of it): down removes it
+    for name in ("casecret", "cloudcoresecret", "tokensecret"):
+        core.create_namespaced_secret("kubeedge", {"metadata": {"name": name}, "data": {}})
+
+    rc, out_down, _ = _play("down", varfile)
+    assert rc == 0, out_down[-6000:]
+    assert "Fail on leftovers" in out_down  # decice's own scan ran (and found none)
+    after = api_objects(api, NAMESPACES)
+    assert after - before == set(), f"left behind: {sorted(after - before)}"
+    crds = _crds(api)
+    assert crds[ISTIO_KEPT]["uid"] == kept_uid, "an Istio CRD decice did not create was touched"
+    assert not set(ISTIO_OURS) & set(crds)
+    service = core.read_namespaced_service("kubernetes", "default")
+    assert "service.edgemesh.kubeedge.io/service-proxy-name" not in (service.metadata.labels or {})
+    assert not psk_file.exists()
+    leftovers = sorted(p.name for p in (state / "addons").iterdir() if p.name != "api-baseline.json")
+    assert leftovers in ([], ["charts"]), leftovers
+    assert not list((state / "addons" / "charts").glob("*")) if (state / "addons" / "charts").exists() else True
+
+    # the PSK appeared in no output and in no file of the state dir
+    for text in (out_up, out_again, out_down):
+        assert psk not in text
+    for path in state.rglob("*"):
+        if path.is_file():
+            assert psk.encode() not in path.read_bytes(), path
+
+    rc, out, _ = _play("down", varfile)
+    assert rc == 0, "down twice: " + out[-4000:]
+    ext.delete_custom_resource_definition(ISTIO_KEPT)
