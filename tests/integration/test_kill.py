@@ -5,8 +5,9 @@ was `interrupted` in the phase it was in. The next command (the following `up`, 
 `down`) stops what the killed run left running (ansible-playbook and its workers, helm),
 never the sim's control plane, node agent or scheduler, records the killed run
 `interrupted` for good and notes it in its own record; afterwards no process of the
-killed run is left. Each killed run is the recovery of the kill before it, and the last
-`up` of a chain completes: every phase ok, the same end state an uninterrupted `up` has.
+killed run is left. The command after a kill is often itself killed later (it proves the
+recovery up to its own kill); the last `up` of a chain completes: every phase ok, the
+same end state an uninterrupted `up` has.
 
 Kill points: a random delay after the run record shows the phase running (decice saves
 the record at every phase start) or, for `addons`, after helm started. The delays come
