@@ -100,7 +100,9 @@ def _vars(env: dict[str, Any], enabled: tuple[str, ...]) -> Path:
 
 def _play(command: str, varfile: Path) -> tuple[int, str, dict[str, int]]:
     # -v: every task's result is printed, so a secret that escaped no_log would show
-    result = run_playbook("inventories/local", command, "-v", "--tags", "addons", "-e", f"@{varfile}")
+    result = run_playbook(
+        "inventories/local", command, "-v", "--tags", "addons", "-e", f"@{varfile}"
+    )
     recap = re.search(r"localhost\s+:\s+(.*)", result.stdout)
     stats = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", recap.group(1))} if recap else {}
     return result.returncode, result.stdout + result.stderr, stats
@@ -139,7 +141,11 @@ def test_kubeedge_edgemesh_sedna_up_idempotent_down_zero_leftovers(env: dict[str
     rc, out_up, stats = _play("up", varfile)
     assert rc == 0, out_up[-6000:]
     assert stats["changed"] > 0
-    for release, namespace in (("cloudcore", "kubeedge"), ("edgemesh", "kubeedge"), ("sedna", "sedna")):
+    for release, namespace in (
+        ("cloudcore", "kubeedge"),
+        ("edgemesh", "kubeedge"),
+        ("sedna", "sedna"),
+    ):
         history = _helm_history(env, release, namespace)
         assert [h["status"] for h in history] == ["deployed"], (release, history)
 
@@ -149,7 +155,11 @@ def test_kubeedge_edgemesh_sedna_up_idempotent_down_zero_leftovers(env: dict[str
     assert cloudcore_cfg["modules"]["cloudHub"]["advertiseAddress"] == ["127.0.0.1"]
     assert cloudcore_cfg["modules"]["dynamicController"]["enable"] is True
     tag = versions.pinned()["kubeedge"]["cloudcore_chart"]["image_tag"]
-    image = apps.read_namespaced_deployment("cloudcore", "kubeedge").spec.template.spec.containers[0].image
+    image = (
+        apps.read_namespaced_deployment("cloudcore", "kubeedge")
+        .spec.template.spec.containers[0]
+        .image
+    )
     assert image == f"kubeedge/cloudcore:{tag}"
 
     # EdgeMesh: a PSK of decice's (0600), relay = the control-plane node, the Service label
@@ -191,7 +201,11 @@ def test_kubeedge_edgemesh_sedna_up_idempotent_down_zero_leftovers(env: dict[str
     rc, out_again, stats = _play("up", varfile)
     assert rc == 0, out_again[-6000:]
     assert stats["changed"] == 0, "a second up changed something"
-    for release, namespace in (("cloudcore", "kubeedge"), ("edgemesh", "kubeedge"), ("sedna", "sedna")):
+    for release, namespace in (
+        ("cloudcore", "kubeedge"),
+        ("edgemesh", "kubeedge"),
+        ("sedna", "sedna"),
+    ):
         assert len(_helm_history(env, release, namespace)) == 1, f"a second up upgraded {release}"
 
     # what a live cloudcore creates at run time (helm owns none of it): down removes it
@@ -209,9 +223,15 @@ def test_kubeedge_edgemesh_sedna_up_idempotent_down_zero_leftovers(env: dict[str
     service = core.read_namespaced_service("kubernetes", "default")
     assert "service.edgemesh.kubeedge.io/service-proxy-name" not in (service.metadata.labels or {})
     assert not psk_file.exists()
-    leftovers = sorted(p.name for p in (state / "addons").iterdir() if p.name != "api-baseline.json")
+    leftovers = sorted(
+        p.name for p in (state / "addons").iterdir() if p.name != "api-baseline.json"
+    )
     assert leftovers in ([], ["charts"]), leftovers
-    assert not list((state / "addons" / "charts").glob("*")) if (state / "addons" / "charts").exists() else True
+    assert (
+        not list((state / "addons" / "charts").glob("*"))
+        if (state / "addons" / "charts").exists()
+        else True
+    )
 
     # the PSK appeared in no output and in no file of the state dir
     for text in (out_up, out_again, out_down):
@@ -223,3 +243,44 @@ def test_kubeedge_edgemesh_sedna_up_idempotent_down_zero_leftovers(env: dict[str
     rc, out, _ = _play("down", varfile)
     assert rc == 0, "down twice: " + out[-4000:]
     ext.delete_custom_resource_definition(ISTIO_KEPT)
+
+
+def test_mirror_sync_pins_and_image_lists_of_the_edge(
+    sim_binaries: BinarySet, tmp_path: Path
+) -> None:
+    """`decice mirror sync` copies the three pinned charts and lists the images as decice
+    installs them: the pinned v1.23.1 / v0.7.0 tags, not the charts' stale defaults."""
+    require((MIRROR / "charts" / "SHA256SUMS").is_file(), f"the upstream mirror {MIRROR}")
+    (tmp_path / "decice.yaml").write_text(
+        "name: m\ntarget: sim\n"
+        "addons:\n  volcano: {enabled: false}\n  interlink: {enabled: false}\n"
+        "  kubeflow: {enabled: false}\n"
+    )
+    env = {"PATH": f"{sim_binaries.path('helm').parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = run_captured(
+        [sys.executable, "-m", "decice", "mirror", "sync", "--dest", "m", "--from", str(MIRROR),
+         "--json"],
+        cwd=tmp_path, timeout=300, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    copied = {a["component"]: a["status"] for a in result["artifacts"]}
+    assert copied == {
+        "volcano": "disabled",
+        "kubeedge": "copied",
+        "edgemesh": "copied",
+        "sedna": "copied",
+        "interlink": "disabled",
+        "kubeflow_trainer": "disabled",
+    }
+    assert (tmp_path / "m" / "images" / "kubeedge.txt").read_text().split() == [
+        "eclipse-mosquitto:1.6.15",
+        "kubeedge/cloudcore:v1.23.1",
+        "kubeedge/edgemesh-agent:v1.17.0",
+        "kubeedge/iptables-manager:v1.23.1",
+    ]
+    assert (tmp_path / "m" / "images" / "sedna.txt").read_text().split() == [
+        "kubeedge/sedna-gm:v0.7.0",
+        "kubeedge/sedna-kb:v0.7.0",
+        "kubeedge/sedna-lc:v0.7.0",
+    ]

@@ -15,7 +15,11 @@ from tests.support import REPO, require, run_decice, sim_spec
 pytestmark = pytest.mark.unit
 
 MIRROR = REPO.parent / "shared" / "mirror"
-EDGE = {"kubeedge": "cloudcore-1.23.0.tgz", "edgemesh": "edgemesh-0.1.0.tgz", "sedna": "sedna-0.1.0.tgz"}
+EDGE = {
+    "kubeedge": "cloudcore-1.23.0.tgz",
+    "edgemesh": "edgemesh-0.1.0.tgz",
+    "sedna": "sedna-0.1.0.tgz",
+}
 
 
 def _defaults(role: str) -> dict[str, object]:
