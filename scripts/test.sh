@@ -13,7 +13,7 @@ echo "== mypy"
 mypy
 echo "== pytest"
 set +e
-python -m pytest -p no:cacheprovider --durations=40 -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"
+python -m pytest -p no:cacheprovider --durations=40 "$@"
 rc=$?
 set -e
 if [ "$rc" = 5 ]; then
