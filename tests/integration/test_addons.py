@@ -24,7 +24,6 @@ from typing import Any
 import pytest
 from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
-from kubernetes.dynamic.resource import ResourceList
 
 from decice.sim.binaries import BinarySet
 from decice.sim.controlplane import ControlPlaneInfo
@@ -69,37 +68,11 @@ def _play(command: str, varfile: Path) -> tuple[int, str, dict[str, int]]:
 
 
 def _api_objects(api: client.ApiClient) -> set[tuple[str, str, str, str]]:
-    """Independent of decice: (apiVersion, kind, namespace, name) of every cluster-scoped
-    object and of every object in the add-on namespaces, over discovery."""
-    dyn = dynamic.DynamicClient(api)
-    noise = {"Event", "Lease", "Endpoints", "EndpointSlice", "ComponentStatus"}
-    out: set[tuple[str, str, str, str]] = set()
-    for resource in dyn.resources.search():
-        verbs = getattr(resource, "verbs", None) or []
-        if "list" not in verbs or "/" in resource.name or resource.kind in noise:
-            continue
-        if resource.preferred is False or isinstance(resource, ResourceList):
-            continue
-        try:
-            if resource.namespaced:
-                items = []
-                for ns in NAMESPACES:
-                    items.extend(resource.get(namespace=ns).items)
-            else:
-                items = resource.get().items
-        except ApiException:
-            continue
-        for item in items:
-            meta = item.metadata
-            if resource.kind == "Secret" and str(meta.name).startswith("default-token-"):
-                continue
-            if resource.kind in {"ServiceAccount", "ConfigMap"} and meta.name in {
-                "default",
-                "kube-root-ca.crt",
-            }:
-                continue
-            out.add((resource.group_version, resource.kind, meta.namespace or "", meta.name))
-    return out
+    """Independent of decice: every cluster-scoped object and every object in the add-on
+    namespaces, over discovery (tests.integration.simsupport.api_objects)."""
+    from tests.integration.simsupport import api_objects
+
+    return api_objects(api, NAMESPACES)
 
 
 def _helm(helm: Path, kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
