@@ -198,6 +198,17 @@ def api_objects(api: client.ApiClient, namespaces: Sequence[str]) -> set[tuple[s
     return out
 
 
+def delete_group_nodes(kubeconfig: Path, groups: Sequence[Mapping[str, Any]]) -> None:
+    """Delete the Nodes a stopped agent simulated for ``groups`` (``<name_prefix>-<i>``):
+    the session control plane keeps them Ready without heartbeats, and a DaemonSet of a
+    later module would wait for pods on them forever."""
+    core = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+    for group in groups:
+        for index in range(int(group["count"])):
+            with contextlib.suppress(client.ApiException):
+                core.delete_node(f"{group['name_prefix']}-{index}")
+
+
 def assert_no_drift(sched: SchedulerProc) -> dict[str, Any]:
     result = sched.audit()
     assert result["drift_nodes"] == 0, result["drift"]

@@ -117,7 +117,12 @@ def env(
     require(Path(POST_RENDERER).is_file(), f"{POST_RENDERER} (pip install -e .)")
     from kubernetes import config
 
-    from tests.integration.simsupport import SchedulerProc, start_agent, stop_process
+    from tests.integration.simsupport import (
+        SchedulerProc,
+        delete_group_nodes,
+        start_agent,
+        stop_process,
+    )
 
     tmp = tmp_path_factory.mktemp("addons")
     group = {
@@ -140,6 +145,7 @@ def env(
     finally:
         scheduler.stop()
         stop_process(agent)
+        delete_group_nodes(sim_control_plane.kubeconfig, [group])
 
 
 def test_volcano_and_trainer_up_idempotent_down_zero_leftovers(env: dict[str, Any]) -> None:

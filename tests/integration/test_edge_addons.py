@@ -25,7 +25,13 @@ from kubernetes import client, config
 from decice import addons, versions
 from decice.sim.binaries import BinarySet
 from decice.sim.controlplane import ControlPlaneInfo
-from tests.integration.simsupport import SchedulerProc, api_objects, start_agent, stop_process
+from tests.integration.simsupport import (
+    SchedulerProc,
+    api_objects,
+    delete_group_nodes,
+    start_agent,
+    stop_process,
+)
 from tests.support import REPO, require, run_captured, run_playbook
 
 pytestmark = pytest.mark.addons
@@ -79,6 +85,7 @@ def env(
     finally:
         scheduler.stop()
         stop_process(agent)
+        delete_group_nodes(sim_control_plane.kubeconfig, GROUPS)
 
 
 def _vars(env: dict[str, Any], enabled: tuple[str, ...]) -> Path:
