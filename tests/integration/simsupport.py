@@ -209,6 +209,30 @@ def delete_group_nodes(kubeconfig: Path, groups: Sequence[Mapping[str, Any]]) ->
                 core.delete_node(f"{group['name_prefix']}-{index}")
 
 
+@contextlib.contextmanager
+def addon_cluster(
+    info: ControlPlaneInfo, helm: Path, tmp: Path, groups: Sequence[Mapping[str, Any]]
+) -> Iterator[dict[str, Any]]:
+    """The session control plane with simulated ``groups`` and the bundled scheduler under
+    the default scheduler's name (the session runs no kube-scheduler: it places the
+    add-ons' pods). Yields tmp, kubeconfig, helm and an ApiClient; stops both and deletes
+    the Nodes afterwards."""
+    agent, _ = start_agent(info, tmp, groups)
+    scheduler = SchedulerProc(info.kubeconfig, tmp, name="default-scheduler")
+    scheduler.start()
+    try:
+        yield {
+            "tmp": tmp,
+            "kubeconfig": info.kubeconfig,
+            "helm": helm,
+            "api": config.new_client_from_config(str(info.kubeconfig)),
+        }
+    finally:
+        scheduler.stop()
+        stop_process(agent)
+        delete_group_nodes(info.kubeconfig, groups)
+
+
 def assert_no_drift(sched: SchedulerProc) -> dict[str, Any]:
     result = sched.audit()
     assert result["drift_nodes"] == 0, result["drift"]

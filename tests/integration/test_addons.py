@@ -115,37 +115,16 @@ def env(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, Any]]:
     require(Path(POST_RENDERER).is_file(), f"{POST_RENDERER} (pip install -e .)")
-    from kubernetes import config
+    from tests.integration.simsupport import addon_cluster
 
-    from tests.integration.simsupport import (
-        SchedulerProc,
-        delete_group_nodes,
-        start_agent,
-        stop_process,
-    )
-
-    tmp = tmp_path_factory.mktemp("addons")
     group = {
         "name_prefix": "addon",
         "count": 3,
         "capacity": {"cpu": "32", "memory": "128Gi", "pods": "110"},
     }
-    agent, _ = start_agent(sim_control_plane, tmp, [group])
-    # the session control plane runs no kube-scheduler: the bundled scheduler places the
-    # add-ons' pods (Deployments, hook Jobs) under the default scheduler's name
-    scheduler = SchedulerProc(sim_control_plane.kubeconfig, tmp, name="default-scheduler")
-    scheduler.start()
-    try:
-        yield {
-            "tmp": tmp,
-            "kubeconfig": sim_control_plane.kubeconfig,
-            "helm": sim_binaries.path("helm"),
-            "api": config.new_client_from_config(str(sim_control_plane.kubeconfig)),
-        }
-    finally:
-        scheduler.stop()
-        stop_process(agent)
-        delete_group_nodes(sim_control_plane.kubeconfig, [group])
+    tmp = tmp_path_factory.mktemp("addons")
+    with addon_cluster(sim_control_plane, sim_binaries.path("helm"), tmp, [group]) as env:
+        yield env
 
 
 def test_volcano_and_trainer_up_idempotent_down_zero_leftovers(env: dict[str, Any]) -> None:

@@ -20,18 +20,12 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client, config
+from kubernetes import client
 
 from decice import addons, versions
 from decice.sim.binaries import BinarySet
 from decice.sim.controlplane import ControlPlaneInfo
-from tests.integration.simsupport import (
-    SchedulerProc,
-    api_objects,
-    delete_group_nodes,
-    start_agent,
-    stop_process,
-)
+from tests.integration.simsupport import addon_cluster, api_objects
 from tests.support import REPO, require, run_captured, run_playbook
 
 pytestmark = pytest.mark.addons
@@ -70,22 +64,8 @@ def env(
     require((MIRROR / "charts" / "SHA256SUMS").is_file(), f"the upstream mirror {MIRROR}")
     require(Path(POST_RENDERER).is_file(), f"{POST_RENDERER} (pip install -e .)")
     tmp = tmp_path_factory.mktemp("edge-addons")
-    agent, _ = start_agent(sim_control_plane, tmp, GROUPS)
-    # the session control plane runs no kube-scheduler: the bundled scheduler places the
-    # add-ons' pods under the default scheduler's name
-    scheduler = SchedulerProc(sim_control_plane.kubeconfig, tmp, name="default-scheduler")
-    scheduler.start()
-    try:
-        yield {
-            "tmp": tmp,
-            "kubeconfig": sim_control_plane.kubeconfig,
-            "helm": sim_binaries.path("helm"),
-            "api": config.new_client_from_config(str(sim_control_plane.kubeconfig)),
-        }
-    finally:
-        scheduler.stop()
-        stop_process(agent)
-        delete_group_nodes(sim_control_plane.kubeconfig, GROUPS)
+    with addon_cluster(sim_control_plane, sim_binaries.path("helm"), tmp, GROUPS) as env:
+        yield env
 
 
 def _vars(env: dict[str, Any], enabled: tuple[str, ...]) -> Path:
