@@ -9,6 +9,10 @@ leaves that a lab node can have without extra packages (directories and files, a
 unit and unit files, a bridge interface, a tmpfs mount under /var/lib/kubelet, a net.*
 sysctl, the kube user and kube-cert group; the nodes have no iptables/nft, so no chains),
 then `decice reset --yes` and `decice verify`, each timed. Both must exit 0 (clean slate).
+Besides the wall clock, the CPU each side spent: the controller (decice, ansible-playbook and
+its workers, ssh clients: this process's children) and the nodes (the containers' cgroups:
+sshd, the modules, what they run). The nodes share this machine's cores, so on 2 cores their
+CPU is on the wall clock too; on real hosts each node has its own.
 Prints one JSON line per N and the ratio of N=10 (the largest) to N=1. The lab is
 destroyed afterwards unless --keep.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -43,8 +48,34 @@ groupadd -r kube-cert; useradd -r -M -s /usr/sbin/nologin -G kube-cert kube
 """
 
 
-def _decice(work: Path, *args: str) -> tuple[float, int, str]:
-    t0 = time.monotonic()
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _node_cpu(names: list[str]) -> float:
+    """CPU seconds the containers ``names`` have used so far (cgroup v1 or v2)."""
+    total = 0.0
+    for name in names:
+        path = subprocess.run(
+            ["podman", "inspect", "--format", "{{.State.CgroupPath}}", name],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        v1 = Path("/sys/fs/cgroup/cpuacct") / path.lstrip("/") / "cpuacct.usage"
+        if v1.is_file():
+            total += int(v1.read_text()) / 1e9
+            continue
+        stat = (Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.stat").read_text()
+        usage = dict(line.split() for line in stat.splitlines())
+        total += int(usage["usage_usec"]) / 1e6
+    return total
+
+
+def _decice(work: Path, nodes: list[str], *args: str) -> tuple[dict[str, float], int, str]:
+    """Run ``decice ARGS``: wall clock, controller CPU and node CPU (s), exit code, stderr."""
+    cpu0, node0, t0 = _children_cpu(), _node_cpu(nodes), time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "decice", *args, "--json"],
         cwd=work,
@@ -52,7 +83,12 @@ def _decice(work: Path, *args: str) -> tuple[float, int, str]:
         text=True,
         check=False,
     )
-    return round(time.monotonic() - t0, 2), proc.returncode, proc.stderr[-2000:]
+    spent = {
+        "wall": round(time.monotonic() - t0, 2),
+        "controller_cpu": round(_children_cpu() - cpu0, 2),
+        "nodes_cpu": round(_node_cpu(nodes) - node0, 2),
+    }
+    return spent, proc.returncode, proc.stderr[-2000:]
 
 
 def _ssh(info: lab.LabInfo, node: str, script: str) -> None:
@@ -69,23 +105,27 @@ def measure(nodes: int, root: Path) -> dict[str, object]:
         f"name: {name}\ntarget: lab\nlab:\n  name: {name}\n  nodes: {nodes}\n"
         "allocation:\n  vars: {prepare_kernel_wide: false, restore_kernel_wide: false}\n"
     )
-    up_s, rc, err = _decice(work, "up", "--only", "baseline,prepare")
+    up, rc, err = _decice(work, [], "up", "--only", "baseline,prepare")
     assert rc == 0, err
     info = lab.status(name, work / ".decice")
     assert info is not None
     with ThreadPoolExecutor(min(nodes, 10)) as pool:
         list(pool.map(lambda n: _ssh(info, n.name, PLANT), info.nodes))
-    reset_s, rc, err = _decice(work, "reset", "--yes")
+    containers = [n.container for n in info.nodes]
+    load_before = os.getloadavg()[0]
+    reset, rc, err = _decice(work, containers, "reset", "--yes")
     assert rc == 0, err
-    verify_s, rc, err = _decice(work, "verify")
+    verify, rc, err = _decice(work, containers, "verify")
     assert rc == 0, err
     return {
         "nodes": nodes,
-        "up_baseline_prepare_s": up_s,
-        "reset_s": reset_s,
-        "verify_s": verify_s,
-        "reset_plus_verify_s": round(reset_s + verify_s, 2),
-        "load_average": os.getloadavg()[0],
+        "up_baseline_prepare_s": up["wall"],
+        "reset_s": reset["wall"],
+        "verify_s": verify["wall"],
+        "reset_plus_verify_s": round(reset["wall"] + verify["wall"], 2),
+        "controller_cpu_s": round(reset["controller_cpu"] + verify["controller_cpu"], 2),
+        "nodes_cpu_s": round(reset["nodes_cpu"] + verify["nodes_cpu"], 2),
+        "load_average_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
 
 
@@ -112,12 +152,12 @@ def main() -> None:
                 )
     if len(results) > 1:
         first, last = results[0], results[-1]
-        ratio = float(str(last["reset_plus_verify_s"])) / float(str(first["reset_plus_verify_s"]))
-        print(
-            json.dumps(
-                {"growth": f"{first['nodes']} -> {last['nodes']} nodes", "ratio": round(ratio, 2)}
+        growth: dict[str, object] = {"growth": f"{first['nodes']} -> {last['nodes']} nodes"}
+        for key in ("reset_plus_verify_s", "controller_cpu_s", "nodes_cpu_s"):
+            growth[key.removesuffix("_s") + "_ratio"] = round(
+                float(str(last[key])) / max(float(str(first[key])), 0.01), 2
             )
-        )
+        print(json.dumps(growth))
 
 
 if __name__ == "__main__":
