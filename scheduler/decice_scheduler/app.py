@@ -26,7 +26,7 @@ from typing import Any
 from decice_scheduler.audit import Auditor
 from decice_scheduler.binder import Binder, TokenBucket
 from decice_scheduler.client import Client, load_kubeconfig
-from decice_scheduler.events import EventWriter
+from decice_scheduler.eventproc import Events, WriterSettings
 from decice_scheduler.gang import GangScheduler
 from decice_scheduler.leader import LeaderElector
 from decice_scheduler.metrics import Metrics, MetricsServer
@@ -89,15 +89,18 @@ class Scheduler:
             watch_timeout=options.watch_timeout,
         )
         config = self.client.config
-        events_agent = f"{options.scheduler_name}/decice-events"
-        self.events = EventWriter(
-            lambda: Client(config, user_agent=events_agent),
+        # events are written by a child process (decice_scheduler.eventproc)
+        self.events = Events(
+            WriterSettings(
+                kubeconfig=options.kubeconfig,
+                controller=options.scheduler_name,
+                user_agent=f"{options.scheduler_name}/decice-events",
+                qps=options.qps,
+                burst=options.burst,
+                failed_qps=options.event_qps,
+                failed_burst=options.event_burst,
+            ),
             self.metrics,
-            options.scheduler_name,
-            qps=options.qps,
-            burst=options.burst,
-            failed_qps=options.event_qps,
-            failed_burst=options.event_burst,
             queue_size=options.event_queue_size,
             enabled=options.events,
         )
@@ -225,7 +228,7 @@ class Scheduler:
             asyncio.create_task(self.gang.run(), name="gang"),
             asyncio.create_task(self.podgroup_watch.run(), name="podgroups"),
         ]
-        self.events.start()
+        await self.events.start()
         if self.scores is not None:
             tasks.append(asyncio.create_task(self.scores.run(), name="placement-scores"))
         if self.options.audit_interval > 0:
@@ -245,7 +248,7 @@ class Scheduler:
             task.cancel()
         await asyncio.gather(*tasks, stopper, return_exceptions=True)
         await self.binder.drain(timeout=5.0)
-        await asyncio.to_thread(self.events.stop, 5.0)
+        await self.events.stop()
         if self.elector is not None:
             await self.elector.release()
         await self.client.close()

@@ -1,4 +1,6 @@
-"""Scheduling events like kube-scheduler's, written off the scheduling loop.
+"""Scheduling events like kube-scheduler's: what is written and how (aggregation, rate
+limits, writes). This runs in the event writer process (:mod:`decice_scheduler.eventproc`),
+not in the scheduler's interpreter.
 
 What is written (kube-scheduler v1.20 writes the same through client-go's
 ``tools/events`` broadcaster):
@@ -11,11 +13,9 @@ What is written (kube-scheduler v1.20 writes the same through client-go's
   ``source.component`` = the scheduler's name (its contract before ``Scheduled`` was
   added; ``kubectl describe`` shows both the same way).
 
-The scheduling loop only appends a small tuple to a bounded deque (``scheduled`` and
-``failed_scheduling`` never block, never touch the network); when the deque is full the
-new event is dropped and counted (kube-scheduler's broadcaster drops the same way once
-its 1000-event channel is full). A writer thread runs its own event loop and client and
-drains the deque:
+Records (:data:`Record`, made by :func:`scheduled_record` / :func:`failed_record` on the
+scheduling loop) are handed to :meth:`EventWriter.feed`; ``CONCURRENCY`` workers take
+them from its queue:
 
 - aggregation, like the broadcaster: events with the same key (API, reason, pod uid)
   within ``FINISH_AFTER`` seconds of the last one are one Event object whose count grows
@@ -28,18 +28,20 @@ drains the deque:
   else it is dropped and counted;
 - at most ``CONCURRENCY`` writes in flight; a refused or failed write is counted and
   not retried (an event is a hint, not state).
+
+Counts (``taken``, ``written`` per reason, ``dropped`` per cause) are plain numbers: the
+scheduler process turns them into its metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import socket
-import sys
-import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -47,25 +49,40 @@ from urllib.parse import quote
 
 from decice_scheduler.binder import TokenBucket
 from decice_scheduler.client import MERGE_PATCH, ApiError, Client
-from decice_scheduler.metrics import Metrics
 
-__all__ = ["CORE_V1", "EVENTS_V1", "EventWriter"]
+__all__ = ["CORE_V1", "EVENTS_V1", "EventWriter", "Record", "failed_record", "scheduled_record"]
 
 log = logging.getLogger("decice_scheduler.events")
 
 EVENTS_V1 = "events.k8s.io/v1"
 CORE_V1 = "v1"
-QUEUE_SIZE = 1000  # kube-scheduler's broadcaster: maxQueuedEvents
 FINISH_AFTER = 360.0  # a series ends after 6 minutes without a repeat (client-go)
 PATCH_EVERY = 30.0  # a growing series is written at most this often
+SWEEP_EVERY = 1.0  # how often series are looked at for a due count update
 CONCURRENCY = 32
 NOTE_LIMIT = 1024  # events.k8s.io/v1 note limit
 INSTANCE_LIMIT = 128  # reportingInstance limit
-IDLE_POLL = 0.05
-SWITCH_INTERVAL = 0.0005  # the writer looks at the deque this often when it was empty
 
 # (reason, namespace, name, uid, resourceVersion, message, wall time)
-_Record = tuple[str, str, str, str, str, str, float]
+Record = tuple[str, str, str, str, str, str, float]
+
+
+def _pod_fields(pod: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    meta = pod.get("metadata") or {}
+    ns, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
+    return ns, name, str(meta.get("uid")), str(meta.get("resourceVersion") or "")
+
+
+def scheduled_record(pod: Mapping[str, Any], node: str, when: float) -> Record:
+    """The record of a pod bound to ``node``."""
+    ns, name, uid, rv = _pod_fields(pod)
+    return ("Scheduled", ns, name, uid, rv, f"Successfully assigned {ns}/{name} to {node}", when)
+
+
+def failed_record(pod: Mapping[str, Any], message: str, when: float) -> Record:
+    """The record of a scheduling attempt that found no node."""
+    ns, name, uid, rv = _pod_fields(pod)
+    return ("FailedScheduling", ns, name, uid, rv, message, when)
 
 
 @dataclass(slots=True)
@@ -91,105 +108,72 @@ def _seconds(ts: float) -> str:
 
 
 class EventWriter:
-    """Scheduled/FailedScheduling events (see the module docstring).
+    """Writes the records it is fed (see the module docstring); one asyncio loop.
 
-    ``client_factory`` makes the writer's own client (called in the writer thread).
-    ``api`` None: ask the server at start (``events.k8s.io/v1`` when served).
+    ``client_factory`` makes the writer's client (called by ``run``). ``api`` None: ask
+    the server at start (``events.k8s.io/v1`` when served). ``changed`` is set whenever
+    a count moves (the process reports them when it is set).
     """
 
     def __init__(
         self,
         client_factory: Callable[[], Client],
-        metrics: Metrics,
         controller: str,
         *,
         qps: float = 50.0,
         burst: int = 100,
         failed_qps: float = 5.0,
         failed_burst: int = 25,
-        queue_size: int = QUEUE_SIZE,
         api: str | None = None,
-        enabled: bool = True,
         finish_after: float = FINISH_AFTER,
         patch_every: float = PATCH_EVERY,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.client_factory = client_factory
-        self.metrics = metrics
         self.controller = controller
         self.instance = f"{controller}-{socket.gethostname()}"[:INSTANCE_LIMIT]
-        self.enabled = enabled
         self.api = api
-        self.queue_size = max(1, queue_size)
         self.finish_after = finish_after
         self.patch_every = patch_every
         self._qps, self._burst = qps, burst
         self._failed_qps, self._failed_burst = failed_qps, failed_burst
         self._clock = clock
-        self._queue: collections.deque[_Record] = collections.deque()
+        self._queue: collections.deque[Record] = collections.deque()
         self._series: dict[tuple[str, str, str], _Series] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.written = 0
-        self.dropped = 0
+        self._arrived = asyncio.Event()  # records were fed, or the feed ended
+        self._closed = False
+        self.changed = asyncio.Event()
+        self.taken = 0  # records taken from the queue by a worker
+        self.written: collections.Counter[str] = collections.Counter()  # per reason
+        self.dropped: collections.Counter[str] = collections.Counter()  # per cause
 
-    # ------------------------------------------------------------ loop side (hot path)
+    # ------------------------------------------------------------ feed
 
-    def scheduled(self, pod: Mapping[str, Any], node: str) -> None:
-        """A pod was bound to ``node``: queue its Scheduled event."""
-        if not self.enabled:
-            return
-        meta = pod.get("metadata") or {}
-        ns, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
-        rv = str(meta.get("resourceVersion") or "")
-        message = f"Successfully assigned {ns}/{name} to {node}"
-        self._put(("Scheduled", ns, name, str(meta.get("uid")), rv, message, self._clock()))
+    def feed(self, records: Iterable[Record]) -> None:
+        """Queue records for the workers (call on the writer's loop)."""
+        self._queue.extend(records)
+        self._arrived.set()
 
-    def failed_scheduling(self, pod: Mapping[str, Any], message: str) -> None:
-        """A scheduling attempt found no node: queue a FailedScheduling event."""
-        if not self.enabled:
-            return
-        meta = pod.get("metadata") or {}
-        ns, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
-        rv = str(meta.get("resourceVersion") or "")
-        self._put(("FailedScheduling", ns, name, str(meta.get("uid")), rv, message, self._clock()))
-
-    def _put(self, record: _Record) -> None:
-        queue = self._queue
-        if len(queue) >= self.queue_size:
-            self.dropped += 1
-            self.metrics.events_dropped.labels("queue-full").inc()
-            return
-        queue.append(record)  # deque.append is atomic: no lock on the hot path
+    def close(self) -> None:
+        """No more records: ``run`` returns once the queue is written."""
+        self._closed = True
+        self._arrived.set()
 
     def pending(self) -> int:
         return len(self._queue)
 
-    # ------------------------------------------------------------ writer thread
+    def counts(self) -> dict[str, Any]:
+        return {"taken": self.taken, "written": self.written, "dropped": self.dropped}
 
-    def start(self) -> None:
-        if not self.enabled or self._thread is not None:
-            return
-        # the writer thread is busy while the scheduling loop waits on I/O: with the
-        # default 5 ms GIL switch interval the loop would wait up to 5 ms after every
-        # poll for the writer to let go (a convoy); 0.5 ms keeps the loop responsive
-        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
-        self._thread = threading.Thread(target=self._target, name="event-writer", daemon=True)
-        self._thread.start()
+    def _count(self, counter: collections.Counter[str], key: str) -> None:
+        counter[key] += 1
+        self.changed.set()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Write what is queued (up to ``timeout``), then end the thread."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+    # ------------------------------------------------------------ run
 
-    def _target(self) -> None:
-        try:
-            asyncio.run(self._run())
-        except Exception:  # the writer must never take the scheduler down
-            log.exception("the event writer failed; events are no longer written")
-
-    async def _run(self) -> None:
+    async def run(self) -> None:
+        """Write what is fed until ``close`` and the queue is empty (then the last
+        count updates of the series that are behind)."""
         client = self.client_factory()
         try:
             if self.api is None:
@@ -207,16 +191,16 @@ class EventWriter:
         return EVENTS_V1 if status == 200 else CORE_V1
 
     async def _drain_loop(self, client: Client) -> None:
-        """``CONCURRENCY`` workers take records from the deque (no task per event); each
+        """``CONCURRENCY`` workers take records from the queue (no task per event); each
         folds its record into the series and writes what is due, one write at a time.
-        All of them run on this thread's loop, so the series need no lock."""
+        All of them run on this loop, so the series need no lock."""
         limiter = TokenBucket(self._qps, self._burst, clock=time.monotonic)
         failed = TokenBucket(self._failed_qps, self._failed_burst, clock=time.monotonic)
         queue = self._queue
-        stop = self._stop
+        arrived = self._arrived
         last_sweep = [time.monotonic()]
 
-        async def write(kind: str, series: _Series, reason: str, record: _Record) -> None:
+        async def write(kind: str, series: _Series, reason: str, record: Record) -> None:
             if not limiter.try_acquire():
                 await limiter.acquire()
             await self._write(client, kind, series, reason, record)
@@ -224,15 +208,21 @@ class EventWriter:
         async def worker(sweeper: bool) -> None:
             while True:
                 if not queue:
-                    if stop.is_set():
+                    if self._closed:
                         return
-                    if sweeper and time.monotonic() - last_sweep[0] >= 1.0:
+                    if sweeper and time.monotonic() - last_sweep[0] >= SWEEP_EVERY:
                         last_sweep[0] = time.monotonic()
                         for kind, series, reason, record in self._sweep(self._clock()):
                             await write(kind, series, reason, record)
-                    await asyncio.sleep(IDLE_POLL)
+                    if not queue and not self._closed:
+                        arrived.clear()
+                        wait = SWEEP_EVERY if sweeper and self._series else None
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(arrived.wait(), wait)
                     continue
                 record = queue.popleft()
+                self.taken += 1
+                self.changed.set()
                 step = self._observe(record, failed)
                 if step is not None:
                     await write(step[0], step[1], record[0], record)
@@ -243,7 +233,7 @@ class EventWriter:
 
     # ------------------------------------------------------------ aggregation
 
-    def _observe(self, record: _Record, failed: TokenBucket) -> tuple[str, _Series] | None:
+    def _observe(self, record: Record, failed: TokenBucket) -> tuple[str, _Series] | None:
         """Fold a record into its series; what to write now (``create``/``patch``) or None."""
         reason, ns, _name, uid, _rv, message, when = record
         api = self.api if reason == "Scheduled" else CORE_V1
@@ -262,8 +252,7 @@ class EventWriter:
                 return "patch", series
             return None
         if reason == "FailedScheduling" and not failed.try_acquire():
-            self.dropped += 1
-            self.metrics.events_dropped.labels("rate-limit").inc()
+            self._count(self.dropped, "rate-limit")
             return None
         name = f"{record[2]}.{int(when * 1e9):x}"
         series = _Series(api, ns, name, when, when, written_at=when, message=message)
@@ -273,16 +262,16 @@ class EventWriter:
                 del self._series[old]
         return "create", series
 
-    def _sweep(self, now: float) -> list[tuple[str, _Series, str, _Record]]:
+    def _sweep(self, now: float) -> list[tuple[str, _Series, str, Record]]:
         """Series to finish (a final count) or to refresh; forget ended ones."""
-        out: list[tuple[str, _Series, str, _Record]] = []
+        out: list[tuple[str, _Series, str, Record]] = []
         for key, series in list(self._series.items()):
             ended = now - series.last >= self.finish_after
             behind = series.created and series.count > series.written_count
             if behind and (ended or now - series.written_at >= self.patch_every):
                 series.written_count = series.count
                 series.written_at = min(now, self._clock())
-                record: _Record = (key[1], series.namespace, "", key[2], "", series.message, now)
+                record: Record = (key[1], series.namespace, "", key[2], "", series.message, now)
                 out.append(("patch", series, key[1], record))
             if ended:
                 del self._series[key]
@@ -291,7 +280,7 @@ class EventWriter:
     # ------------------------------------------------------------ writes
 
     async def _write(
-        self, client: Client, kind: str, series: _Series, reason: str, record: _Record
+        self, client: Client, kind: str, series: _Series, reason: str, record: Record
     ) -> None:
         if kind == "patch" and not series.created:
             return  # its create failed or is still in flight: nothing to count on
@@ -322,10 +311,9 @@ class EventWriter:
         if status in (200, 201):
             if kind == "create":
                 series.created = True
-            self.written += 1
-            self.metrics.events.labels(reason).inc()
+            self._count(self.written, reason)
             return
-        self.metrics.events_dropped.labels("write-error").inc()
+        self._count(self.dropped, "write-error")
         message = reply.get("message", "") if isinstance(reply, dict) else ""
         log.debug("%s event %s not written: HTTP %s %s", reason, series.name, status, message)
 
@@ -335,7 +323,7 @@ class EventWriter:
             return f"/apis/events.k8s.io/v1/namespaces/{ns}/events"
         return f"/api/v1/namespaces/{ns}/events"
 
-    def _create(self, series: _Series, reason: str, record: _Record) -> tuple[str, Any]:
+    def _create(self, series: _Series, reason: str, record: Record) -> tuple[str, Any]:
         _, ns, name, uid, rv, message, when = record
         regarding = {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": name}
         if uid:

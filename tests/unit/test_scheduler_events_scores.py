@@ -1,5 +1,6 @@
-"""decice-scheduler's event writer (hot path, aggregation) and placement scores (formula,
-units, flags), without an API server; the sim tests are test_scheduler_events_scores.py."""
+"""decice-scheduler's event writing (aggregation, fields, rate limit; the writer process:
+test_scheduler_eventproc.py) and placement scores (formula, units, flags), without an API
+server; the sim tests are test_scheduler_events_scores.py."""
 
 from __future__ import annotations
 
@@ -12,8 +13,13 @@ from decice.sim.scheduler_service import placement_crd, placement_flags
 from decice_scheduler.__main__ import main
 from decice_scheduler.binder import TokenBucket
 from decice_scheduler.client import Client
-from decice_scheduler.events import CORE_V1, EVENTS_V1, EventWriter
-from decice_scheduler.metrics import Metrics
+from decice_scheduler.events import (
+    CORE_V1,
+    EVENTS_V1,
+    EventWriter,
+    failed_record,
+    scheduled_record,
+)
 from decice_scheduler.resources import Resources
 from decice_scheduler.scores import compute_scores, headroom, normalize, parse_range
 
@@ -30,23 +36,7 @@ def writer(**kw: object) -> EventWriter:
     def no_client() -> Client:
         raise AssertionError("no writes in this test")
 
-    return EventWriter(no_client, Metrics(), "sched", api=EVENTS_V1, **kw)  # type: ignore[arg-type]
-
-
-def test_full_queue_drops_the_new_event_and_counts_it() -> None:
-    w = writer(queue_size=2)
-    for i in range(5):
-        w.scheduled(pod(f"p{i}", f"u{i}"), "n1")
-    assert w.pending() == 2 and w.dropped == 3
-    text = w.metrics.render().decode()
-    assert 'decice_scheduler_events_dropped_total{cause="queue-full"} 3.0' in text
-
-
-def test_disabled_writer_queues_nothing() -> None:
-    w = writer(enabled=False)
-    w.scheduled(pod("p", "u"), "n1")
-    w.failed_scheduling(pod("p", "u"), "0/1 nodes are available")
-    assert w.pending() == 0
+    return EventWriter(no_client, "sched", api=EVENTS_V1, **kw)  # type: ignore[arg-type]
 
 
 def test_repeats_of_one_pod_become_one_series() -> None:
@@ -55,8 +45,9 @@ def test_repeats_of_one_pod_become_one_series() -> None:
     bucket = TokenBucket(100, 100)
     steps = []
     for _ in range(4):
-        w.failed_scheduling(pod("p", "u"), "0/3 nodes are available: 3 Insufficient cpu.")
-        record = w._queue.popleft()
+        record = failed_record(
+            pod("p", "u"), "0/3 nodes are available: 3 Insufficient cpu.", now[0]
+        )
         step = w._observe(record, bucket)
         steps.append(None if step is None else step[0])
         if step is not None and step[0] == "create":
@@ -74,8 +65,7 @@ def test_repeats_of_one_pod_become_one_series() -> None:
 
 def test_scheduled_event_has_kube_schedulers_fields() -> None:
     w = writer()
-    w.scheduled(pod("p", "u"), "node-1")
-    record = w._queue.popleft()
+    record = scheduled_record(pod("p", "u"), "node-1", 1000.0)
     step = w._observe(record, TokenBucket(1, 1))
     assert step is not None
     path, body = w._create(step[1], "Scheduled", record)
@@ -100,10 +90,10 @@ def test_failed_scheduling_burst_is_rate_limited() -> None:
     bucket = TokenBucket(0.001, 3)
     created = 0
     for i in range(10):
-        w.failed_scheduling(pod(f"p{i}", f"u{i}"), "no room")
-        step = w._observe(w._queue.popleft(), bucket)
+        step = w._observe(failed_record(pod(f"p{i}", f"u{i}"), "no room", 1000.0), bucket)
         created += step is not None
-    assert created == 3 and w.dropped == 7
+    assert created == 3 and w.dropped == {"rate-limit": 7}
+    assert w.changed.is_set()  # the process reports the counts when this is set
 
 
 def test_normalize_is_ocms_score_normalizer() -> None:

@@ -1,0 +1,284 @@
+"""decice-scheduler's event writer process against a fake API server on 127.0.0.1: records
+reach the API, its counts come back as metrics, stop writes what is queued in bounded
+time, and the writer exits by itself when the scheduler is killed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from decice_scheduler.eventproc import Events, WriterSettings, writer_env
+from decice_scheduler.metrics import Metrics
+from tests.support import REPO, pid_alive, wait_for
+
+pytestmark = pytest.mark.unit
+
+
+class FakeApi:
+    """Answers event creates (201) and patches (200); serves events.k8s.io/v1 unless
+    ``core_only``; each write waits ``delay`` seconds first."""
+
+    def __init__(self, core_only: bool = False, delay: float = 0.0) -> None:
+        self.writes: list[tuple[str, str, dict[str, object]]] = []
+        self.lock = threading.Lock()
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def reply(self, status: int, body: object) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                served = self.path.startswith("/apis/events.k8s.io/v1") and not core_only
+                self.reply(200 if served else 404, {"kind": "APIResourceList"})
+
+            def write(self, status: int) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                time.sleep(delay)
+                with api.lock:
+                    api.writes.append((self.command, self.path, body))
+                self.reply(status, body)
+
+            def do_POST(self) -> None:
+                self.write(201)
+
+            def do_PATCH(self) -> None:
+                self.write(200)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def kubeconfig(self, directory: Path) -> Path:
+        path = directory / "kubeconfig"
+        server = f"http://127.0.0.1:{self.server.server_address[1]}"
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "c", "cluster": {"server": server}}],
+                    "contexts": [{"name": "c", "context": {"cluster": "c"}}],
+                    "current-context": "c",
+                }
+            )
+        )
+        return path
+
+    def posts(self, prefix: str) -> list[dict[str, object]]:
+        with self.lock:
+            return [b for m, p, b in self.writes if m == "POST" and p.startswith(prefix)]
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApi]:
+    server = FakeApi()
+    yield server
+    server.stop()
+
+
+def pod(name: str) -> dict[str, object]:
+    return {"metadata": {"namespace": "ns", "name": name, "uid": f"u-{name}"}}
+
+
+def events(kubeconfig: Path, metrics: Metrics, **kw: object) -> Events:
+    settings = WriterSettings(str(kubeconfig), "sched", "sched/decice-events", **kw)  # type: ignore[arg-type]
+    return Events(settings, metrics)
+
+
+async def until(what: str, fn: object, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not fn():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def test_records_are_written_by_the_process_and_its_counts_come_back(
+    api: FakeApi, tmp_path: Path
+) -> None:
+    metrics = Metrics()
+    ev = events(api.kubeconfig(tmp_path), metrics)
+
+    async def main() -> int:
+        await ev.start()
+        assert ev.proc is not None and ev.proc.pid != os.getpid()
+        ev.scheduled(pod("p0"), "node-1")
+        await until("the first write counted", lambda: ev.written == 1)
+        # a service stop or Ctrl-C reaches the whole group: the writer keeps going
+        os.kill(ev.proc.pid, signal.SIGTERM)
+        for i in range(1, 5):
+            ev.scheduled(pod(f"p{i}"), "node-1")
+        ev.failed_scheduling(pod("big"), "0/1 nodes are available: 1 Insufficient cpu.")
+        await until("6 writes counted", lambda: ev.written == 6)
+        assert ev.proc.poll() is None
+        await ev.stop()
+        return ev.proc.wait()
+
+    assert asyncio.run(main()) == 0
+    scheduled = api.posts("/apis/events.k8s.io/v1/namespaces/ns/events")
+    assert sorted(str(b["note"]) for b in scheduled) == [
+        f"Successfully assigned ns/p{i} to node-1" for i in range(5)
+    ]
+    (failed,) = api.posts("/api/v1/namespaces/ns/events")
+    assert failed["reason"] == "FailedScheduling" and failed["source"] == {"component": "sched"}
+    text = metrics.render().decode()
+    assert 'decice_scheduler_events_total{reason="Scheduled"} 5.0' in text
+    assert 'decice_scheduler_events_total{reason="FailedScheduling"} 1.0' in text
+    assert ev.pending() == 0 and ev.dropped == 0
+
+
+def test_rate_limit_drops_are_counted_by_the_scheduler(api: FakeApi, tmp_path: Path) -> None:
+    metrics = Metrics()
+    ev = events(api.kubeconfig(tmp_path), metrics, failed_qps=0.001, failed_burst=2)
+
+    async def main() -> None:
+        await ev.start()
+        for i in range(6):
+            ev.failed_scheduling(pod(f"p{i}"), "no room")
+        await until("4 drops counted", lambda: ev.dropped == 4)
+        await ev.stop()
+
+    asyncio.run(main())
+    assert len(api.posts("/api/v1/")) == 2
+    assert 'decice_scheduler_events_dropped_total{cause="rate-limit"} 4.0' in (
+        metrics.render().decode()
+    )
+
+
+def test_stop_writes_what_is_queued_then_ends_the_process(api: FakeApi, tmp_path: Path) -> None:
+    ev = events(api.kubeconfig(tmp_path), Metrics(), qps=1000.0, burst=1000)
+
+    async def main() -> None:
+        await ev.start()
+        for i in range(300):
+            ev.scheduled(pod(f"p{i}"), "n")
+        await ev.stop()  # at once: all of them are still buffered or queued
+
+    asyncio.run(main())
+    assert ev.proc is not None and ev.proc.poll() == 0
+    assert len(api.posts("/apis/")) == 300 and ev.written == 300
+
+
+def test_stop_is_bounded_when_the_api_hangs(tmp_path: Path) -> None:
+    slow = FakeApi(delay=30.0)
+    ev = events(slow.kubeconfig(tmp_path), Metrics(), drain_timeout=0.5)
+
+    async def main() -> float:
+        await ev.start()
+        for i in range(5):
+            ev.scheduled(pod(f"p{i}"), "n")
+        await until("writes in flight", lambda: ev.pending() == 0)
+        began = time.monotonic()
+        await ev.stop()
+        return time.monotonic() - began
+
+    try:
+        took = asyncio.run(main())
+    finally:
+        slow.stop()
+    assert took < 4.0, took
+    assert ev.proc is not None and ev.proc.poll() is not None and ev.written == 0
+
+
+def test_queue_size_counts_what_the_writer_has_not_taken() -> None:
+    metrics = Metrics()
+    ev = Events(WriterSettings("", "sched", "ua"), metrics, queue_size=3)
+    for i in range(5):
+        ev.scheduled(pod(f"p{i}"), "n1")
+    assert ev.pending() == 3 and ev.dropped == 2
+    ev._flush_handle = None
+    ev._sent, ev._buffer = 3, type(ev._buffer)()  # as if sent, not yet taken
+    ev.scheduled(pod("p5"), "n1")
+    assert ev.dropped == 3  # still 3 outstanding in the pipe/the writer's queue
+    ev.apply({"taken": 3, "written": {"Scheduled": 2}, "dropped": {"write-error": 1}})
+    ev.scheduled(pod("p6"), "n1")
+    assert ev.pending() == 1 and ev.written == 2 and ev.dropped == 4
+    ev.apply({"taken": 3, "written": {"Scheduled": 2}, "dropped": {"write-error": 1}})
+    text = metrics.render().decode()  # cumulative reports: a repeat adds nothing
+    assert 'decice_scheduler_events_dropped_total{cause="queue-full"} 3.0' in text
+    assert 'decice_scheduler_events_dropped_total{cause="write-error"} 1.0' in text
+    assert 'decice_scheduler_events_total{reason="Scheduled"} 2.0' in text
+
+
+def test_disabled_events_start_no_process() -> None:
+    ev = Events(WriterSettings("", "sched", "ua"), Metrics(), enabled=False)
+
+    async def main() -> None:
+        await ev.start()
+        ev.scheduled(pod("p"), "n1")
+        ev.failed_scheduling(pod("p"), "0/1 nodes are available")
+        await ev.stop()
+
+    asyncio.run(main())
+    assert ev.proc is None and ev.pending() == 0
+
+
+KILLED_PARENT = """
+import asyncio, sys
+from decice_scheduler.eventproc import Events, WriterSettings
+from decice_scheduler.metrics import Metrics
+
+async def main():
+    ev = Events(WriterSettings(sys.argv[1], "sched", "ua"), Metrics())
+    await ev.start()
+    ev.scheduled({"metadata": {"namespace": "ns", "name": "p", "uid": "u"}}, "n")
+    print(ev.proc.pid, flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def test_the_writer_exits_when_the_scheduler_is_killed(api: FakeApi, tmp_path: Path) -> None:
+    script = tmp_path / "parent.py"
+    script.write_text(KILLED_PARENT)
+    parent = subprocess.Popen(
+        [sys.executable, str(script), str(api.kubeconfig(tmp_path))],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO / "scheduler")},
+    )
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        assert pid_alive(child)
+        wait_for("the queued event written", lambda: api.posts("/apis/"), 20)
+        parent.kill()
+        parent.wait()
+        wait_for("the writer to exit", lambda: not pid_alive(child), 10, every=0.1)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            parent.kill()
+        parent.wait()
+
+
+def test_writer_env_finds_a_source_tree(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    paths = writer_env()["PYTHONPATH"].split(os.pathsep)
+    assert paths == ["/elsewhere", str(REPO / "scheduler")]  # appended: shadows nothing
