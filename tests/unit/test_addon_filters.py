@@ -82,3 +82,69 @@ def test_object_refs_keep_only_what_names_each_object() -> None:
             "metadata": {"name": "held", "namespace": "volcano-system"},
         },
     ]
+
+
+def test_crd_summary_keeps_the_groups_storage_version_and_established() -> None:
+    filters = _filters()
+    big = {"openAPIV3Schema": {"properties": {"x": {"description": "y" * 100_000}}}}
+
+    def crd(
+        name: str, group: str, versions: list[dict[str, object]], *conds: tuple[str, str]
+    ) -> dict[str, object]:
+        return {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": name, "uid": "u"},
+            "spec": {
+                "group": group,
+                "names": {"kind": name.split(".")[0].title()},
+                "versions": versions,
+            },
+            "status": {"conditions": [{"type": t, "status": s} for t, s in conds]},
+        }
+
+    crds = [
+        crd(
+            "jobs.batch.volcano.sh",
+            "batch.volcano.sh",
+            [
+                {"name": "v1alpha1", "storage": False, "schema": big},
+                {"name": "v1", "storage": True},
+            ],
+            ("NamesAccepted", "True"),
+            ("Established", "True"),
+        ),
+        crd(
+            "queues.scheduling.volcano.sh",
+            "scheduling.volcano.sh",
+            [{"name": "v1beta1", "storage": True}],
+        ),
+        crd(
+            "gateways.networking.istio.io", "networking.istio.io", [{"name": "v1", "storage": True}]
+        ),
+    ]
+    summary = filters.crd_summary(crds, ["batch.volcano.sh", "scheduling.volcano.sh"])
+    assert summary == [
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "jobs.batch.volcano.sh"},
+            "cr_api_version": "batch.volcano.sh/v1",
+            "cr_kind": "Jobs",
+            "established": True,
+        },
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "queues.scheduling.volcano.sh"},
+            "cr_api_version": "scheduling.volcano.sh/v1beta1",
+            "cr_kind": "Queues",
+            "established": False,
+        },
+    ]
+    assert len(repr(summary)) < 1000  # what task results carry instead of whole CRDs
+    assert filters.object_refs(summary)[0] == {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "jobs.batch.volcano.sh"},
+    }

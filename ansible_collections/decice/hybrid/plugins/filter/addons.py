@@ -61,12 +61,42 @@ def object_refs(objects: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return refs
 
 
+def crd_summary(crds: Iterable[Mapping[str, Any]], groups: Iterable[str]) -> list[dict[str, Any]]:
+    """The CRDs of the API ``groups``, each reduced to what the engine uses: what names it
+    (``object_refs`` takes these), the apiVersion (storage version) and kind of its custom
+    resources, and whether it is Established. A CRD can be megabytes (Sedna's); these are
+    what task results and the run's events carry instead."""
+    wanted = set(groups)
+    summary: list[dict[str, Any]] = []
+    for crd in crds:
+        spec = crd.get("spec") or {}
+        if spec.get("group") not in wanted:
+            continue
+        versions = spec.get("versions") or []
+        storage = next((v for v in versions if v.get("storage")), versions[0] if versions else {})
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        summary.append(
+            {
+                "apiVersion": crd.get("apiVersion", "apiextensions.k8s.io/v1"),
+                "kind": crd.get("kind", "CustomResourceDefinition"),
+                "metadata": {"name": str(crd["metadata"]["name"])},
+                "cr_api_version": f"{spec['group']}/{storage.get('name', '')}",
+                "cr_kind": str((spec.get("names") or {}).get("kind", "")),
+                "established": any(
+                    c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+                ),
+            }
+        )
+    return summary
+
+
 class FilterModule:
     """decice.hybrid add-on filters."""
 
     def filters(self) -> dict[str, Any]:
         return {
             "addon_webhooks": addon_webhooks,
+            "crd_summary": crd_summary,
             "not_ready": not_ready,
             "object_refs": object_refs,
             "without_ready_address": without_ready_address,
