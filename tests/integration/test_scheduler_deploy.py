@@ -29,10 +29,12 @@ from kubernetes import client, config
 
 from decice import lab
 from decice.baselines import baseline_path
+from decice.sim import scheduler_service
 from decice.sim.binaries import BinarySet
 from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
 from decice.sim.simnodes import expand, node_object
 from decice.spec_model import SimNodeGroup
+from decice_scheduler.scores import GROUP_VERSION
 from tests.integration.labsupport import ssh
 from tests.integration.simsupport import require_sim
 from tests.support import (
@@ -61,6 +63,47 @@ def _json(result: subprocess.CompletedProcess[str]) -> Any:
 
 def _phase(record: dict[str, Any], name: str) -> dict[str, Any]:
     return next(p for p in record["phases"] if p["name"] == name)
+
+
+# ------------------------------------------------------------------ placement scores
+# scheduler.placement_scores on: the role's variables, the flags they make (the sim
+# target's scheduler_service.placement_flags), and the objects they touch.
+PLACEMENT_VARS = {
+    "scheduler_placement_scores_enabled": True,
+    "scheduler_placement_scores_name": "decice-test-score",
+    "scheduler_placement_scores_interval": 5,
+}
+PLACEMENT_FLAGS = (
+    "--placement-scores --placement-scores-namespace default "
+    "--placement-scores-name decice-test-score --placement-scores-interval 5"
+)
+PLACEMENT_ROLE = "decice-scheduler-placement-scores"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+SCORE_GROUP, SCORE_VERSION = GROUP_VERSION.split("/")
+
+
+def _placement_crd(api: client.CoreV1Api) -> Any:
+    """The AddOnPlacementScore CRD, or None."""
+    ext = client.ApiextensionsV1Api(api.api_client)
+    try:
+        return ext.read_custom_resource_definition(scheduler_service.CRD_NAME)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _score(api: client.CoreV1Api, name: str = "decice-test-score") -> Any:
+    """The AddOnPlacementScore default/<name> as a dict, or None."""
+    custom = client.CustomObjectsApi(api.api_client)
+    try:
+        return custom.get_namespaced_custom_object(
+            SCORE_GROUP, SCORE_VERSION, "default", "addonplacementscores", name
+        )
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
 
 
 def test_sim_up_schedules_then_down_and_reset_stop_it(tmp_path: Path) -> None:
@@ -298,6 +341,7 @@ def test_role_systemd_units_with_leader_election_on_lab_nodes(
         "scheduler_uninstall_hosts": hosts,
         "scheduler_replicas": 2,
         "scheduler_copy_kubeconfig": True,
+        **PLACEMENT_VARS,
     }
     coord = client.CoordinationV1Api(api.api_client)
     # no baseline yet: the role refuses before it changes any host
@@ -318,6 +362,7 @@ def test_role_systemd_units_with_leader_election_on_lab_nodes(
             unit = ssh(lab_nodes, host, "cat /etc/systemd/system/decice-scheduler.service")
             assert "--leader-elect" in unit
             assert "--kubeconfig /opt/decice-scheduler/kubeconfig" in unit
+            assert PLACEMENT_FLAGS in unit
             mode = ssh(lab_nodes, host, "stat -c %a /opt/decice-scheduler/kubeconfig")
             assert mode == "600"
             # the debug endpoints' token: a 0600 file passed by path, the server on loopback
@@ -334,6 +379,15 @@ def test_role_systemd_units_with_leader_election_on_lab_nodes(
             assert not names & {"ansible", "ansible-core", "kubernetes", "typer"}
         lease = coord.read_namespaced_lease("decice-scheduler", "kube-system")
         assert lease.spec.holder_identity
+        # the role installed the CRD (labelled as decice's); the leader publishes its score
+        crd = _placement_crd(api)
+        assert crd is not None and crd.metadata.labels == {MANAGED_BY: "decice"}
+        score = wait_for(
+            "the leader to publish its AddOnPlacementScore",
+            lambda: (_score(api) or {}).get("status", {}).get("scores"),
+            timeout=60,
+        )
+        assert {s["name"] for s in score} >= {"cpuNodeAvailable", "memClusterAvailable"}
         assert not [
             p for p in api.list_namespaced_pod("default").items if p.metadata.name.endswith("smoke")
         ]
@@ -360,6 +414,7 @@ def test_role_systemd_units_with_leader_election_on_lab_nodes(
         assert ssh(lab_nodes, host, "pgrep -f '[d]ecice-scheduler' || true") == ""
     leases = coord.list_namespaced_lease("kube-system").items
     assert "decice-scheduler" not in {lease.metadata.name for lease in leases}
+    assert _placement_crd(api) is None  # decice installed it: removed
 
 
 TOKEN_SECRET = "decice-scheduler-debug-token"
@@ -429,6 +484,12 @@ def test_role_deployment_mode_objects_and_uninstall(
         assert {tuple(sorted(r.verbs)) for r in role.rules} == {("create",), ("get", "update")}
         cm = api.read_namespaced_config_map("decice-scheduler", "kube-system")
         assert "LeastAllocated" in cm.data["profile.yaml"]
+        # placement scores off (the default): no flags, no Role for them, no CRD
+        assert not [a for a in container.args if a.startswith("--placement-scores")]
+        assert PLACEMENT_ROLE not in {
+            r.metadata.name for r in rbac.list_namespaced_role("default").items
+        }
+        assert _placement_crd(api) is None
         assert "tokenFile" in cm.data["kubeconfig"]
         assert _ok(_playbook(str(inventory), "up", extravars))["changed"] == 0
         assert _secret_token(api) == token  # generated once, kept
@@ -462,3 +523,123 @@ def test_role_deployment_mode_objects_and_uninstall(
     assert "decice-scheduler" not in {
         c.metadata.name for c in api.list_namespaced_config_map("kube-system").items
     }
+
+
+def _deployment_extravars(info: ControlPlaneInfo, **more: Any) -> dict[str, Any]:
+    """Deployment mode on role_api: no kubelet there, so no readiness and no smoke pod."""
+    return {
+        "decice_kubeconfig": str(info.kubeconfig),
+        "scheduler_image": "registry.example/decice:0.1.0",
+        "scheduler_wait_ready": False,
+        "scheduler_smoke": False,
+        **more,
+    }
+
+
+def _placement_rules(rbac: client.RbacAuthorizationV1Api) -> set[tuple[Any, ...]]:
+    role = rbac.read_namespaced_role(PLACEMENT_ROLE, "default")
+    return {
+        (tuple(r.api_groups), tuple(r.resources), tuple(r.resource_names or ()), tuple(r.verbs))
+        for r in role.rules
+    }
+
+
+def _role_names(rbac: client.RbacAuthorizationV1Api) -> set[str]:
+    return {r.metadata.name for r in rbac.list_namespaced_role("default").items}
+
+
+def test_role_deployment_mode_placement_scores_crd_rbac_and_uninstall(
+    role_api: tuple[ControlPlaneInfo, client.CoreV1Api], tmp_path: Path
+) -> None:
+    """Placement scores on: the role installs the CRD (labelled as decice's), passes the
+    flags and grants a Role in the score's namespace; a second run changes nothing;
+    turned off, the flags and the Role go; uninstall removes the CRD decice installed."""
+    info, api = role_api
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text("all: {}\n")
+    extravars = _deployment_extravars(info, **PLACEMENT_VARS)
+    off = {**extravars, "scheduler_placement_scores_enabled": False}
+    rbac = client.RbacAuthorizationV1Api(api.api_client)
+    apps = client.AppsV1Api(api.api_client)
+    assert _placement_crd(api) is None
+    try:
+        _ok(_playbook(str(inventory), "up", extravars))
+        crd = _placement_crd(api)
+        assert crd is not None and crd.metadata.labels == {MANAGED_BY: "decice"}
+        assert any(c.type == "Established" and c.status == "True" for c in crd.status.conditions)
+        deploy = apps.read_namespaced_deployment("decice-scheduler", "kube-system")
+        assert PLACEMENT_FLAGS in " ".join(deploy.spec.template.spec.containers[0].args)
+        group = (SCORE_GROUP,)
+        assert _placement_rules(rbac) == {
+            (group, ("addonplacementscores",), (), ("create",)),
+            (group, ("addonplacementscores",), ("decice-test-score",), ("get",)),
+            (group, ("addonplacementscores/status",), ("decice-test-score",), ("patch",)),
+        }
+        binding = rbac.read_namespaced_role_binding(PLACEMENT_ROLE, "default")
+        assert [(s.kind, s.name, s.namespace) for s in binding.subjects] == [
+            ("ServiceAccount", "decice-scheduler", "kube-system")
+        ]
+        assert _ok(_playbook(str(inventory), "up", extravars))["changed"] == 0
+
+        _ok(_playbook(str(inventory), "up", off))
+        deploy = apps.read_namespaced_deployment("decice-scheduler", "kube-system")
+        assert "--placement-scores" not in deploy.spec.template.spec.containers[0].args
+        assert PLACEMENT_ROLE not in _role_names(rbac)
+        assert _placement_crd(api) is not None  # kept until uninstall
+    finally:
+        # uninstall with the scores off: what decice installed goes all the same
+        down = _playbook(str(inventory), "down", off)
+    _ok(down)
+    assert _placement_crd(api) is None
+    assert PLACEMENT_ROLE not in _role_names(rbac)
+
+
+def test_role_leaves_a_placement_crd_it_did_not_install(
+    role_api: tuple[ControlPlaneInfo, client.CoreV1Api], tmp_path: Path
+) -> None:
+    """A CRD without decice's label (an OCM hub's) is neither replaced by up nor removed by
+    down; down removes only the AddOnPlacementScore labelled as the scheduler's."""
+    info, api = role_api
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text("all: {}\n")
+    extravars = _deployment_extravars(info, **PLACEMENT_VARS)
+    ext = client.ApiextensionsV1Api(api.api_client)
+    custom = client.CustomObjectsApi(api.api_client)
+    theirs = scheduler_service.placement_crd()
+    del theirs["metadata"]["labels"]
+    uid = ext.create_custom_resource_definition(theirs).metadata.uid
+    try:
+        wait_for(
+            "the CRD to be Established",
+            lambda: any(
+                c.type == "Established" and c.status == "True"
+                for c in (_placement_crd(api).status.conditions or [])
+            ),
+        )
+        for name, labels in (
+            ("decice-test-score", {MANAGED_BY: "decice-scheduler"}),
+            ("other", {}),
+        ):
+            body = {
+                "apiVersion": GROUP_VERSION,
+                "kind": "AddOnPlacementScore",
+                "metadata": {"name": name, "namespace": "default", "labels": labels},
+            }
+            custom.create_namespaced_custom_object(
+                SCORE_GROUP, SCORE_VERSION, "default", "addonplacementscores", body
+            )
+        try:
+            _ok(_playbook(str(inventory), "up", extravars))
+            crd = _placement_crd(api)
+            assert crd.metadata.uid == uid and not crd.metadata.labels  # not replaced
+        finally:
+            down = _playbook(str(inventory), "down", extravars)
+        _ok(down)
+        crd = _placement_crd(api)
+        assert crd is not None and crd.metadata.uid == uid  # left alone
+        assert _score(api) is None  # the scheduler's own score went
+        assert _score(api, "other") is not None  # not the scheduler's: kept
+    finally:
+        with contextlib.suppress(client.ApiException):
+            ext.delete_custom_resource_definition(scheduler_service.CRD_NAME)
+        wait_for("the test's CRD to be deleted", lambda: _placement_crd(api) is None)
