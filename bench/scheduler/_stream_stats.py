@@ -3,8 +3,10 @@ trend and the "sustained" verdict (no I/O; unit-tested in tests/unit/test_bench_
 
 from __future__ import annotations
 
+import argparse
 import math
 from collections.abc import Sequence
+from typing import Any
 
 # a rate is sustained only when the creator reached this share of the target rate
 ACHIEVED_SHARE = 0.95
@@ -97,3 +99,29 @@ def sustained(
     if growth > BACKLOG_GROWTH_SHARE * target:
         reasons.append(f"backlog grew {growth:.1f} pods/s over the second half of the stream")
     return not reasons, reasons
+
+
+def compare(rate: float, decice: dict[str, Any], kube: dict[str, Any]) -> dict[str, Any]:
+    """One rate's verdict: decice's p99 vs kube's when both sustained it."""
+    both = decice["sustained"] and kube["sustained"]
+    d99, k99 = decice["latency_p99_ms"], kube["latency_p99_ms"]
+    lower = both and d99 is not None and k99 is not None and d99 < k99
+    return {
+        "rate": rate,
+        "decice_sustained": decice["sustained"],
+        "kube_sustained": kube["sustained"],
+        "decice_p99_ms": d99,
+        "kube_p99_ms": k99,
+        "decice_p99_lower": lower if both else None,
+    }
+
+
+def positive(text: str) -> float:
+    """argparse type: a finite number > 0 (rates, seconds)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value

@@ -55,8 +55,10 @@ from _stream_stats import (  # noqa: E402
     achieved_rate,
     arrival_offsets,
     backlog_growth,
+    compare,
     due,
     percentile,
+    positive,
     summary_ms,
     sustained,
 )
@@ -276,28 +278,6 @@ def one_run(which: str, rate: float, args: argparse.Namespace, binaries: Any) ->
             return {**head, "burst": args.burst, **out, "scheduler_cpu_s": round(cpu, 1)}
         finally:
             cp.stop()
-
-
-def compare(rate: float, decice: dict[str, Any], kube: dict[str, Any]) -> dict[str, Any]:
-    """One rate's verdict: decice's p99 vs kube's when both sustained it."""
-    both = decice["sustained"] and kube["sustained"]
-    d99, k99 = decice["latency_p99_ms"], kube["latency_p99_ms"]
-    lower = both and d99 is not None and k99 is not None and d99 < k99
-    return {
-        "rate": rate,
-        "decice_sustained": decice["sustained"],
-        "kube_sustained": kube["sustained"],
-        "decice_p99_ms": d99,
-        "kube_p99_ms": k99,
-        "decice_p99_lower": lower if both else None,
-    }
-
-
-def positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
 
 
 def main() -> int:
