@@ -80,6 +80,17 @@ def stream_pod(i: int, scheduler: str, prefix: str = "s") -> dict[str, Any]:
 # ------------------------------------------------------------------ creator (own process)
 
 
+async def _recv(conn: Connection, timeout: float | None = None) -> Any:
+    """The next message on a pipe, polled (a thread blocked in recv would keep an
+    interrupted run from exiting)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not conn.poll():
+        if deadline is not None and time.monotonic() > deadline:
+            raise RuntimeError(f"no message from the other process within {timeout:.0f} s")
+        await asyncio.sleep(0.01)
+    return conn.recv()
+
+
 async def _create(
     conn: Connection, kubeconfig: str, scheduler: str, rate: float, duration: float
 ) -> list[tuple[int, float, float, int]]:
@@ -98,7 +109,7 @@ async def _create(
     try:
         await client.request("GET", "/api/v1/namespaces/default")  # reachable before t0
         conn.send("ready")
-        t0 = float(await asyncio.to_thread(conn.recv))
+        t0 = float(await _recv(conn))
         tasks: list[asyncio.Task[None]] = []
         sent = 0
         while sent < len(offsets):
@@ -190,16 +201,18 @@ async def stream(
             lambda: watcher.count("w-")[1] >= WARMUP, watch_task, 180, "the warm-up pods to bind"
         )
         proc.start()
-        ready = await asyncio.to_thread(parent.recv)
+        ready = await _recv(parent, 60)
         if ready != "ready":
             raise RuntimeError(f"creator: {ready!r}")
         load_start = os.getloadavg()[0]
         t0 = time.monotonic() + 0.2
         parent.send(t0)
         samples: list[tuple[float, float]] = []
-        result: asyncio.Future[Any] = asyncio.ensure_future(asyncio.to_thread(parent.recv))
+        result: asyncio.Future[Any] = asyncio.ensure_future(_recv(parent))
         while not result.done():
             _alive(watch_task)
+            if not proc.is_alive() and not parent.poll():
+                raise RuntimeError(f"the creator process exited with code {proc.exitcode}")
             added, bound = watcher.count("s-")
             samples.append((time.monotonic(), added - bound))
             await asyncio.wait({result}, timeout=SAMPLE_S)
