@@ -62,7 +62,7 @@ __all__ = ["QUEUE_SIZE", "Events", "WriterSettings", "main"]
 log = logging.getLogger("decice_scheduler.events")
 
 QUEUE_SIZE = 1000  # kube-scheduler's broadcaster: maxQueuedEvents
-FLUSH_DELAY = 0.002  # records are sent this long after the first of a batch
+FLUSH_DELAY = 0.01  # records are sent this long after the first of a batch (a send each)
 BATCH = 256  # records per line
 STATUS_EVERY = 0.05  # the writer reports its counts at most this often
 EXIT_GRACE = 2.0  # after the drain time: how long the writer has to exit
