@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import io
+import json
 import os
 import platform
 import secrets
@@ -41,6 +42,7 @@ from decice.sim.controlplane import ControlPlaneInfo
 from decice.tracking import PhaseTracker, conclude
 from tests.integration.labsupport import ssh
 from tests.procwatch import ProcWatch
+from tests.support import BIN, REPO, run_captured
 
 pytestmark = pytest.mark.lab
 
@@ -50,6 +52,7 @@ VERSION = "v1.23.1"
 ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
 ARCHIVE = f"keadm-{VERSION}-linux-{ARCH}.tar.gz"
 MEMBER = f"keadm-{VERSION}-linux-{ARCH}/keadm/keadm"
+COLLECTION = REPO / "ansible_collections" / "decice" / "hybrid"
 CALLS = "/var/log/decice-keadm-standin.log"
 LABELS = {"decice.io/test": "edge", "zone": "lab"}
 PORTS = (10000, 10002, 10004)
@@ -224,8 +227,7 @@ def _run(env: Mapping[str, Any], command: str, mirror: Path) -> tuple[RunRecord,
         "preflight_cloudcore_timeout": 2,
     }
     run = PlaybookRun(
-        playbook=Path(__file__).resolve().parents[2]
-        / "ansible_collections/decice/hybrid/playbooks" / f"{command}.yml",
+        playbook=COLLECTION / "playbooks" / f"{command}.yml",
         inventory=env["inventory"],
         private_data_dir=run_dir / "ansible",
         extravars=extravars,
@@ -280,16 +282,49 @@ def test_closed_cloudcore_port_is_named_and_nothing_is_joined(env: dict[str, Any
     print(f"closed-port run: {time.monotonic() - start:.1f}s")
 
 
-def test_keadm_without_a_sha256_is_refused_naming_versions_yml(env: dict[str, Any]) -> None:
-    mirror = _mirror(env["tmp"] / "mirror-unlisted", listed=False)
-    _listen(env["info"], PORTS[2:])
-    record, out, _ = _run(env, "up", mirror)
-    assert record.status == "failed"
-    assert f"keadm {ARCHIVE}: no sha256 to check it against" in out, out[-4000:]
-    assert f"vars/versions.yml kubeedge.keadm.sha256.{ARCH} is empty" in out
-    assert "Nothing was joined." in out
-    assert _calls(env["info"]) == []
-    assert ssh(env["info"], EDGE, "test -e /usr/local/bin/keadm && echo yes || echo no") == "no"
+def test_keadm_without_a_sha256_is_refused_naming_versions_yml(tmp_path: Path) -> None:
+    """keadm's pin in versions.yml is empty: no mirror, or a mirror whose SHA256SUMS does
+    not list the archive, means nothing is downloaded (controller only, no lab needed)."""
+    playbook = tmp_path / "keadm.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Resolve keadm",
+                    "hosts": "localhost",
+                    "gather_facts": False,
+                    "vars_files": [str(COLLECTION / "vars" / "versions.yml")],
+                    "tasks": [
+                        {
+                            "name": "Resolve keadm",
+                            "ansible.builtin.include_role": {
+                                "name": "decice.hybrid.edge",
+                                "tasks_from": "keadm.yml",
+                            },
+                            "vars": {"edge__keadm_arch": ARCH},
+                        }
+                    ],
+                }
+            ]
+        )
+    )
+    unlisted = _mirror(tmp_path / "mirror", listed=False)
+    ansible_env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    ansible_env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    for mirror, why in (("", "and no mirror is set"), (str(unlisted), "is not listed")):
+        result = run_captured(
+            [str(BIN / "ansible-playbook"), "-i", "inventories/local", str(playbook),
+             "-e", json.dumps({"decice_mirror": mirror, "decice_state_dir": str(tmp_path / "s")})],
+            cwd=REPO,
+            timeout=300,
+            env=ansible_env,
+        )  # fmt: skip
+        out = " ".join((result.stdout + result.stderr).split())
+        assert result.returncode != 0, out[-3000:]
+        assert f"keadm {ARCHIVE}: no sha256 to check it against" in out, out[-3000:]
+        assert f"vars/versions.yml kubeedge.keadm.sha256.{ARCH} is empty" in out and why in out
+        assert "Nothing was joined." in out
+        assert not (tmp_path / "s" / "artifacts" / "keadm").exists(), "nothing was fetched"
 
 
 def test_join_contract_token_never_logged_idempotent_and_reset(env: dict[str, Any]) -> None:
