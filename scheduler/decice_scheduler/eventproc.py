@@ -194,11 +194,12 @@ class Events:
         log.info("event writer process %d started", self.proc.pid)
 
     async def _read_reports(self, reader: asyncio.StreamReader) -> None:
-        while line := await reader.readline():
-            try:
-                self.apply(json.loads(line))
-            except (ValueError, TypeError, AttributeError):
-                log.warning("event writer: unreadable report %r", line[:200])
+        with contextlib.suppress(ConnectionError):  # the writer died with our data unread
+            while line := await reader.readline():
+                try:
+                    self.apply(json.loads(line))
+                except (ValueError, TypeError, AttributeError):
+                    log.warning("event writer: unreadable report %r", line[:200])
         if not self._stopping:
             if self._pipe is not None:
                 self._pipe.close()  # nothing more is sent: the buffer fills, then drops
@@ -320,8 +321,9 @@ async def serve(sock: socket.socket) -> int:
 
 
 async def _feed(reader: asyncio.StreamReader, writer: EventWriter) -> None:
-    while line := await reader.readline():
-        writer.feed(cast(Record, tuple(r)) for r in json.loads(line))
+    with contextlib.suppress(ConnectionError):  # the scheduler died with our data unread
+        while line := await reader.readline():
+            writer.feed(cast(Record, tuple(r)) for r in json.loads(line))
 
 
 async def _report(writer: EventWriter, pipe: asyncio.StreamWriter) -> None:

@@ -207,6 +207,27 @@ def test_stop_is_bounded_when_the_api_hangs(tmp_path: Path) -> None:
     assert ev.proc is not None and ev.proc.poll() is not None and ev.written == 0
 
 
+def test_a_dead_writer_costs_the_scheduler_nothing_but_drops(
+    api: FakeApi, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = WriterSettings(str(api.kubeconfig(tmp_path)), "sched", "ua")
+    ev = Events(settings, Metrics(), queue_size=5)
+
+    async def main() -> None:
+        await ev.start()
+        assert ev.proc is not None
+        ev.proc.kill()
+        await until("the end of its reports", lambda: ev._reports and ev._reports.done())
+        for i in range(8):
+            ev.scheduled(pod(f"p{i}"), "n")
+        await asyncio.sleep(0.05)
+        await ev.stop()
+
+    asyncio.run(main())
+    assert ev.pending() == 5 and ev.dropped == 3
+    assert "the event writer process ended" in caplog.text
+
+
 def test_queue_size_counts_what_the_writer_has_not_taken() -> None:
     metrics = Metrics()
     ev = Events(WriterSettings("", "sched", "ua"), metrics, queue_size=3)
