@@ -204,9 +204,30 @@ async def scheduled_events(kubeconfig: Path, pods: int, settle: float = 20.0) ->
         await client.close()
 
 
+def _descendants(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            children = [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+        for child in children:
+            found += [child, *_descendants(child)]
+    return found
+
+
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    """CPU seconds of the process and of its descendants, live ones (decice-scheduler's
+    event writer is a child process; kube-scheduler writes its events in-process) and the
+    ones it has waited for."""
+    total = 0
+    for which in [pid, *_descendants(pid)]:
+        try:
+            fields = Path(f"/proc/{which}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile: counted in its parent's cutime/cstime once waited for
+        total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return total / TICK
 
 
 def peak_rss_mib(pid: int) -> float:
