@@ -11,9 +11,9 @@ pod it records the monotonic time the watch saw it ADDED (no nodeName yet) and t
 first saw ``spec.nodeName`` set: create→bound latency, p50/p90/p99/max. A creator (a
 separate process, so its work does not delay the watcher's timestamps; CLOCK_MONOTONIC is
 shared) POSTs pods at a fixed rate for a fixed time, open loop: pod i is due i/rate s after
-the start, whatever the earlier POSTs are doing, over up to 32 keep-alive HTTP/1.1
-connections; it records the time each POST returned (cross-check: POST returned→bound,
-``xcheck_*``) and the achieved create rate.
+the start, whatever the earlier POSTs are doing, over up to ``--connections`` (32)
+keep-alive HTTP/1.1 connections; it records the time each POST returned (cross-check:
+POST returned→bound, ``xcheck_*``) and the achieved create rate.
 
 A rate is *sustained* when the achieved create rate is ≥ 95 % of the target, every created
 pod is bound within ``--drain`` s after the last create, and the backlog (created - bound,
@@ -64,7 +64,8 @@ from _stream_stats import (  # noqa: E402
 )
 from throughput import cpu_seconds, pod_body, populate, start  # noqa: E402
 
-from decice_scheduler.client import ApiError, Client  # noqa: E402
+from decice_scheduler.client import Client, load_kubeconfig  # noqa: E402
+from decice_scheduler.http1 import Http1Pool  # noqa: E402
 
 PODS = "/api/v1/namespaces/default/pods"
 WARMUP = 10
@@ -92,22 +93,31 @@ async def _recv(conn: Connection, timeout: float | None = None) -> Any:
 
 
 async def _create(
-    conn: Connection, kubeconfig: str, scheduler: str, rate: float, duration: float
+    conn: Connection, kubeconfig: str, scheduler: str, rate: float, args: dict[str, Any]
 ) -> list[tuple[int, float, float, int]]:
-    offsets = arrival_offsets(rate, duration)
-    client = Client.from_kubeconfig(kubeconfig)  # plain: POSTs go over the HTTP/1.1 pool
+    offsets = arrival_offsets(rate, args["duration"])
+    config = load_kubeconfig(kubeconfig)
+    fresh_ssl = config.new_ssl_context
+    headers = {"Accept": "application/json", "User-Agent": "decice-bench-streaming"}
+    if config.token:
+        headers["Authorization"] = f"Bearer {config.token}"
+    pool = Http1Pool(
+        config.server,
+        None if fresh_ssl is None else fresh_ssl(),
+        headers,
+        max_connections=args["connections"],
+    )
     records: list[tuple[int, float, float, int]] = []
 
     async def one(i: int) -> None:
         sent = time.monotonic()
         try:
-            status, _ = await client.post(PODS, stream_pod(i, scheduler))
-        except ApiError:
+            status, _ = await pool.request_json("POST", PODS, stream_pod(i, scheduler))
+        except (OSError, ValueError, TimeoutError):
             status = 0
         records.append((i, sent, time.monotonic(), status))
 
     try:
-        await client.request("GET", "/api/v1/namespaces/default")  # reachable before t0
         conn.send("ready")
         t0 = float(await _recv(conn))
         tasks: list[asyncio.Task[None]] = []
@@ -122,15 +132,15 @@ async def _create(
                 await asyncio.sleep(max(0.0, t0 + offsets[sent] - time.monotonic()))
         await asyncio.gather(*tasks)
     finally:
-        await client.close()
+        await pool.close()
     return records
 
 
 def creator_main(
-    conn: Connection, kubeconfig: str, scheduler: str, rate: float, duration: float
+    conn: Connection, kubeconfig: str, scheduler: str, rate: float, args: dict[str, Any]
 ) -> None:
     """Child process: (pod index, send time, POST-returned time, HTTP status) per pod."""
-    conn.send(asyncio.run(_create(conn, kubeconfig, scheduler, rate, duration)))
+    conn.send(asyncio.run(_create(conn, kubeconfig, scheduler, rate, args)))
     conn.close()
 
 
@@ -191,7 +201,14 @@ async def stream(
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
     proc = ctx.Process(
-        target=creator_main, args=(child, str(kubeconfig), scheduler, rate, args.duration)
+        target=creator_main,
+        args=(
+            child,
+            str(kubeconfig),
+            scheduler,
+            rate,
+            {"duration": args.duration, "connections": args.connections},
+        ),
     )
     try:
         async with Client.from_kubeconfig(kubeconfig, max_retries=8) as client:
@@ -305,12 +322,17 @@ def main() -> int:
     parser.add_argument(
         "--drain", type=positive, default=10.0, help="s after the last create to bind all"
     )
+    parser.add_argument(
+        "--connections", type=int, default=32, help="the creator's keep-alive connections"
+    )
     parser.add_argument("--qps", type=int, default=500, help="client QPS for both")
     parser.add_argument("--burst", type=int, default=None, help="client burst (default 2x qps)")
     parser.add_argument("--rounds", type=int, default=1, help="passes over the rates")
     parser.add_argument("--only", choices=["decice", "kube"], default=None)
     parser.add_argument("--json", action="store_true", help="print only the per-run JSON")
     args = parser.parse_args()
+    if args.connections < 1:
+        parser.error(f"--connections must be at least 1, got {args.connections}")
     if args.burst is None:
         args.burst = args.qps * 2
     binaries = resolve_binaries()
