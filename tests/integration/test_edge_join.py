@@ -353,6 +353,8 @@ def test_join_contract_token_never_logged_idempotent_and_reset(env: dict[str, An
     assert ssh(info, EDGE, "systemctl is-active edgecore") == "active"
     assert ssh(info, EDGE, "test -e /run/decice-edge && echo left || echo gone") == "gone"
     assert ssh(info, EDGE, "stat -c %a /usr/local/bin/keadm") == "755"
+    # keadm writes the token into edgecore.yaml 0644: the role makes it 0600
+    assert ssh(info, EDGE, "stat -c %a /etc/kubeedge/config/edgecore.yaml") == "600"
     assert "joined node2; already joined none" in " ".join(record.verified["edge_join"].split())
     _no_token(env, out, watch)
     first = time.monotonic() - start
