@@ -43,6 +43,7 @@ def test_recipe_content():
     )
     assert "ssh-keygen -A" in recipe.files["etc/systemd/system/ssh.service.d/decice-hostkeys.conf"]
     assert ("depmod", "-a", "6.1.0-test") in recipe.chroot_commands
+    assert ("touch", "-d", "@0", "/var/lib/apt/lists") in recipe.chroot_commands
 
 
 def test_customize_applies_files_links_and_removals(tmp_path):

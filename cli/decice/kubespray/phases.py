@@ -60,7 +60,9 @@ def up_kubernetes(ctx: PhaseContext) -> str:
     prepared = _prepare(ctx)
     _private_artifacts(prepared.artifacts_dir)
     try:
-        done = run.deploy(prepared, ctx.kubeconfig, progress=ctx.progress)
+        done = run.deploy(
+            prepared, ctx.kubeconfig, progress=ctx.progress, note=ctx.record.notes.append
+        )
     finally:
         _protect_admin_conf(prepared.artifacts_dir)
     ctx.record.versions.update(done.record_versions())
@@ -114,7 +116,7 @@ def reset_kubernetes(ctx: PhaseContext) -> str:
         return NOTHING_TO_RESET
     prepared = _prepare(ctx)
     _private_artifacts(prepared.artifacts_dir)
-    run.reset(prepared, ctx.kubeconfig, progress=ctx.progress)
+    run.reset(prepared, ctx.kubeconfig, progress=ctx.progress, note=ctx.record.notes.append)
     api_baseline_path(ctx.state_dir).unlink(missing_ok=True)  # its cluster is gone
     removed = remove_admin_confs(ctx.state_dir)  # its credentials are void, but never kept
     note = f"kubespray {prepared.source.tag} reset.yml (flush_iptables/reset_restart_network off)"

@@ -26,8 +26,16 @@ import yaml
 from decice import mirror as mirrors
 from decice import versions
 from decice.errors import InputError, RunFailedError
-from decice.kubespray import render, source, venv
-from decice.runner import Event, HostResult, PlaybookRun, RunFinished, TaskStarted, run_playbook
+from decice.kubespray import downloads, render, source, venv
+from decice.runner import (
+    Event,
+    HostResult,
+    PlaybookRun,
+    PlayStarted,
+    RunFinished,
+    TaskStarted,
+    run_playbook,
+)
 
 if TYPE_CHECKING:
     from decice.spec import LoadedSpec
@@ -110,6 +118,7 @@ class Prepared:
     hosts: dict[str, Any]
     files: dict[str, Path]
     work_dir: Path
+    mirror: mirrors.Mirror | None = None
 
     @property
     def artifacts_dir(self) -> Path:
@@ -201,7 +210,7 @@ def prepare(
     progress(f"kubespray {pinned.tag}: Python env (a first build takes minutes)")
     env = venv.ensure(src)
     files = render.write(work_dir / "inventory", hosts, render.group_vars(settings))
-    return Prepared(src, env, kube_version, settings, hosts, files, work_dir)
+    return Prepared(src, env, kube_version, settings, hosts, files, work_dir, mirror)
 
 
 # ---------------------------------------------------------------- running
@@ -247,10 +256,19 @@ class Outcome:
     status: str = ""
     rc: int = 0
     failures: list[HostResult] = field(default_factory=list)
+    play: str = ""  # the last play that started
+    task: str = ""  # the last task that started ("role : task" for a role's task)
+    stats: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return self.status == "successful" and self.rc == 0
+
+    def reached(self, what: str) -> str:
+        """How far the playbook got: its last play and task (the run record's note)."""
+        if not self.play and not self.task:
+            return f"kubespray {what}: no play started"
+        return f"kubespray {what} reached play {self.play!r}, task {self.task!r}"
 
     def message(self, what: str, where: Path) -> str:
         lines = [f"Kubespray {what} {self.status or 'failed'} (rc {self.rc}); output in {where}"]
@@ -271,13 +289,17 @@ def run_and_collect(
 ) -> Outcome:
     outcome = Outcome()
     for event in run(inv, private_data_dir, ident=ident, cancel=cancel):
-        if isinstance(event, TaskStarted):
+        if isinstance(event, PlayStarted):
+            outcome.play = event.play
+        elif isinstance(event, TaskStarted):
+            outcome.task = event.task
             progress(f"kubespray: {event.task}")
         elif isinstance(event, HostResult):
             if event.status == "unreachable" or (event.status == "failed" and not event.ignored):
                 outcome.failures.append(event)
         elif isinstance(event, RunFinished):
             outcome.status, outcome.rc = event.status, event.rc
+            outcome.stats = event.stats or outcome.stats
     return outcome
 
 
@@ -339,19 +361,42 @@ class Deployed:
         return {"kubespray": self.tag, "kubernetes": self.kube_version}
 
 
+def download_stop(prepared: Prepared, inv: Invocation, artifacts: Path) -> str | None:
+    """The "not in the mirror" message when the run stopped at a file download, else None."""
+    failed = downloads.failed_downloads(artifacts / "job_events")
+    if not failed:
+        return None
+    urls = downloads.list_downloads(
+        inv.binary, inv.env, inv.cwd, prepared.files["all"], prepared.work_dir
+    )
+    return downloads.explain(failed, urls, prepared.settings.files_repo, prepared.mirror)
+
+
 def _run(
     prepared: Prepared,
     playbook: str,
     progress: Callable[[str], None],
     cancel: threading.Event | None,
+    note: Callable[[str], None],
 ) -> None:
-    """Run one Kubespray playbook through ansible-runner; a failure names its artifacts."""
+    """Run one Kubespray playbook through ansible-runner; a failure names its artifacts.
+
+    ``note`` gets how far the playbook got (its last play and task), success or not.
+    A stop at a file download names the file that is not in the mirror and the fix.
+    """
     ident = playbook.removesuffix(".yml")
     runner_dir = prepared.work_dir / "runner"
     inv = prepared.invocation(playbook)
     outcome = run_and_collect(inv, runner_dir, ident=ident, progress=progress, cancel=cancel)
-    if not outcome.ok:
-        raise RunFailedError(outcome.message(playbook, runner_dir / "artifacts" / ident))
+    note(outcome.reached(playbook))
+    if outcome.ok:
+        return
+    artifacts = runner_dir / "artifacts" / ident
+    stopped = download_stop(prepared, inv, artifacts)
+    message = outcome.message(playbook, artifacts)
+    if stopped is not None:
+        message = f"{stopped}\n{message}"
+    raise RunFailedError(f"{message}\n  {outcome.reached(playbook)}")
 
 
 def deploy(
@@ -360,9 +405,10 @@ def deploy(
     *,
     progress: Callable[[str], None] = lambda _text: None,
     cancel: threading.Event | None = None,
+    note: Callable[[str], None] = lambda _text: None,
 ) -> Deployed:
     """cluster.yml, then the admin kubeconfig at ``kubeconfig`` (0600)."""
-    _run(prepared, "cluster.yml", progress, cancel)
+    _run(prepared, "cluster.yml", progress, cancel, note)
     server = install_kubeconfig(
         prepared.artifacts_dir / "admin.conf", kubeconfig, reachable_address(prepared.hosts)
     )
@@ -377,9 +423,10 @@ def reset(
     *,
     progress: Callable[[str], None] = lambda _text: None,
     cancel: threading.Event | None = None,
+    note: Callable[[str], None] = lambda _text: None,
 ) -> None:
     """reset.yml (confirmed, HPC-safe group_vars), then forget the kubeconfig."""
-    _run(prepared, "reset.yml", progress, cancel)
+    _run(prepared, "reset.yml", progress, cancel, note)
     kubeconfig.unlink(missing_ok=True)
 
 

@@ -127,7 +127,13 @@ def node_recipe(kernel: str | None = None) -> Recipe:
             "var/cache/apt/archives/*.deb",
             "var/lib/apt/lists/*_Packages",
         ),
-        chroot_commands=(("depmod", "-a", kver),),
+        chroot_commands=(
+            ("depmod", "-a", kver),
+            # The package lists were removed above: date the lists directory "never
+            # updated" (apt's cache age), so a node's first package install with a
+            # cache_valid_time (Kubespray's system_packages) fetches them first.
+            ("touch", "-d", "@0", "/var/lib/apt/lists"),
+        ),
     )
 
 
