@@ -129,6 +129,15 @@ def registry_of(spec_mirror: Any, mirror: Mirror | None) -> Registry | None:
     return Registry(str(listed)) if listed else None
 
 
+# Lab nodes are podman containers: podman bind-mounts their /etc/resolv.conf, so
+# preinstall's "Add domain/search/nameservers/options to resolv.conf" (blockinfile,
+# roles/kubernetes/preinstall/tasks/0060-resolvconf.yml, when resolvconf_mode is
+# host_resolvconf, the default) fails renaming over it: "[Errno 16] Device or resource
+# busy". `none` (roles/kubespray_defaults/defaults/main/main.yml) leaves the node's DNS
+# as it is; pods still get the cluster DNS from kubelet.
+CONTAINER_NODES: dict[str, Any] = {"resolvconf_mode": "none"}
+
+
 def kernel_shared(hosts: dict[str, Any], target: str) -> bool:
     """Do Kubespray's hosts share a kernel decice must not change (lab, or a host with
     ``prepare_kernel_wide: false``)?"""
@@ -153,6 +162,7 @@ class ClusterSettings:
     registry: Registry | None = None  # offline image registry
     download_cache_dir: Path | None = None  # set: download once, share to the other nodes
     kernel_shared: bool = False  # KERNEL_SHARED: leave swap, kernel.*/vm.*, modules alone
+    container_nodes: bool = False  # CONTAINER_NODES: lab nodes (podman containers)
     edge_exclusion: bool = False  # KubeEdge on: cilium's pods stay off edge nodes
 
     def validate(self) -> None:
@@ -183,6 +193,7 @@ def settings_for(
     registry: Registry | None = None,
     kernel_shared: bool = False,
     edge_exclusion: bool = False,
+    container_nodes: bool = False,
 ) -> ClusterSettings:
     """ClusterSettings from the spec's ``kubernetes`` block and the resolved mirror."""
     settings = ClusterSettings(
@@ -195,6 +206,7 @@ def settings_for(
         download_cache_dir=download_cache_dir,
         kernel_shared=kernel_shared,
         edge_exclusion=edge_exclusion,
+        container_nodes=container_nodes,
     )
     settings.validate()
     return settings
@@ -318,6 +330,8 @@ def group_vars(settings: ClusterSettings) -> dict[str, dict[str, Any]]:
         all_vars["download_cache_dir"] = str(settings.download_cache_dir)
     if settings.kernel_shared:
         all_vars.update(KERNEL_SHARED)
+    if settings.container_nodes:
+        all_vars.update(CONTAINER_NODES)
     cluster_vars: dict[str, Any] = {"kube_network_plugin": settings.network_plugin}
     if settings.edge_exclusion and settings.network_plugin == "cilium":
         # the cilium chart takes the affinity itself (agent and envoy), so a re-apply

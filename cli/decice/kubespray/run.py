@@ -170,6 +170,7 @@ def settings_of(
         download_cache_dir=download_cache_dir or cache_dir_of(loaded),
         registry=render.registry_of(spec.mirror, mirror if read_mirror_yml else None),
         kernel_shared=render.kernel_shared(hosts, spec.target),
+        container_nodes=spec.target == "lab",
         edge_exclusion=spec.addons.kubeedge.enabled,
     )
 
