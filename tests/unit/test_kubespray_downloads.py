@@ -23,11 +23,18 @@ def _event(directory: Path, counter: int, event: str, host: str, task: str, **da
     (directory / f"{counter}-x.json").write_text(json.dumps(body))
 
 
-def _stopped_run(directory: Path) -> None:
+def _stopped_run(directory: Path, role_tasks: Path) -> None:
+    """Job events of a run that stopped at etcd's download (as etcdctl_etcdutl includes it)."""
     directory.mkdir(parents=True)
-    for n, host in enumerate(("node1", "node2"), start=1):
-        facts = {"ansible_facts": {"file_path_cached": f"/tmp/kubespray_cache/{FILE}"}}
-        _event(directory, n, "runner_on_ok", host, downloads.SET_PATH_TASK, res=facts)
+    role_tasks.write_text(
+        "- name: Download etcd binary\n"
+        '  include_tasks: "../../download/tasks/download_file.yml"\n'
+        "  vars:\n"
+        '    download: "{{ download_defaults | combine(downloads.etcd) }}"\n'
+    )
+    body = {"counter": 1, "event": "playbook_on_include"}
+    body["event_data"] = {"task": "Download etcd binary", "task_path": f"{role_tasks}:1"}
+    (directory / "1-x.json").write_text(json.dumps(body))
     censored = {"censored": "the output has been hidden due to the fact that 'no_log: true'"}
     _event(directory, 10, "runner_on_failed", "node2", downloads.DOWNLOAD_TASK, res=censored)
     _event(directory, 11, "runner_on_failed", "node1", downloads.DOWNLOAD_TASK, res=censored)
@@ -37,21 +44,24 @@ def _stopped_run(directory: Path) -> None:
     (directory / "broken.json").write_text("{")
 
 
-def test_failed_downloads_name_each_host_and_its_file(tmp_path):
-    _stopped_run(tmp_path / "job_events")
+def test_failed_downloads_name_each_host_and_the_item_its_include_passes(tmp_path):
+    _stopped_run(tmp_path / "job_events", tmp_path / "main.yml")
     assert downloads.failed_downloads(tmp_path / "job_events") == [
-        downloads.FailedDownload("node2", FILE),
-        downloads.FailedDownload("node1", FILE),
+        downloads.FailedDownload("node2", "etcd"),
+        downloads.FailedDownload("node1", "etcd"),
     ]
     assert downloads.failed_downloads(tmp_path / "none") == []
+    assert downloads.included_item(f"{tmp_path}/main.yml:1") == "etcd"
+    assert downloads.included_item(f"{tmp_path}/absent.yml:1") == ""
+    assert downloads.included_item("no line number") == ""
 
 
 def test_explain_names_the_file_its_mirror_place_and_the_fix(tmp_path):
     mirror = Mirror("path", str(tmp_path))
     files_repo = mirror.files_repo()
-    failed = [downloads.FailedDownload("node2", FILE), downloads.FailedDownload("node1", FILE)]
-    urls = {FILE: f"{files_repo}/{REL}"}
-    message = downloads.explain(failed, urls, files_repo, mirror)
+    failed = [downloads.FailedDownload("node2", "etcd"), downloads.FailedDownload("node1", "etcd")]
+    listed = {"etcd": downloads.Listed("etcd", FILE, f"{files_repo}/{REL}")}
+    message = downloads.explain(failed, listed, files_repo, mirror)
     assert message.splitlines() == [
         f"Kubespray's download stage stopped on node1, node2: {FILE} is not in the mirror",
         f"    wanted: {files_repo}/{REL}",
@@ -65,18 +75,35 @@ def test_explain_names_the_file_its_mirror_place_and_the_fix(tmp_path):
     placed = tmp_path / "files" / REL
     placed.parent.mkdir(parents=True)
     placed.write_text("x")
-    mounted = downloads.explain(failed, urls, files_repo, mirror)
+    mounted = downloads.explain(failed, listed, files_repo, mirror)
     assert f"it is in the mirror ({placed}) but the nodes cannot read it" in mounted
     assert f"mount the mirror at {tmp_path} on every node" in mounted
 
 
+def test_explain_an_unknown_item_lists_the_enabled_files_missing_from_the_mirror(tmp_path):
+    mirror = Mirror("path", str(tmp_path))
+    files_repo = mirror.files_repo()
+    listed = {
+        "etcd": downloads.Listed("etcd", FILE, f"{files_repo}/{REL}"),
+        "kata": downloads.Listed("kata", "kata.tar.xz", f"{files_repo}/k/kata", enabled=False),
+        "argocd": downloads.Listed("argocd", "argocd.yml", "https://elsewhere/argocd.yml"),
+    }
+    message = downloads.explain([downloads.FailedDownload("node1", "")], listed, files_repo, mirror)
+    assert message.splitlines()[:2] == [
+        "Kubespray's download stage stopped on node1: a file it fetches is not in the mirror",
+        f"    not in the mirror: {FILE}",
+    ]
+    assert "decice mirror sync" in message
+
+
 def test_explain_without_the_download_list_or_a_local_mirror():
-    failed = [downloads.FailedDownload("node1", FILE)]
+    failed = [downloads.FailedDownload("node1", "etcd")]
     message = downloads.explain(failed, {}, "https://m.example/files", Mirror("url", "https://m"))
     assert message.splitlines()[0] == (
-        f"Kubespray's download stage stopped on node1: {FILE} is not in the mirror"
+        "Kubespray's download stage stopped on node1: a file it fetches is not in the mirror "
+        "(downloads.etcd)"
     )
-    assert "decice mirror sync" in message and "missing:" not in message
+    assert "decice mirror sync" in message and "not in the mirror:" not in message
     assert downloads.in_mirror("https://m.example/files/a", "https://m.example/files", None) is None
     assert downloads.upstream("https://other/x", "https://m.example/files") == "https://other/x"
 

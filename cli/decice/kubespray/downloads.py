@@ -1,19 +1,23 @@
 """Why Kubespray's download stage stopped: the file that is not in the mirror, and the fix.
 
-Kubespray v2.29.1 downloads each file in ``roles/download/tasks/download_file.yml``:
-``Download_file | Set pathname of cached file`` (a set_fact whose value ends with the
-file's ``dest`` basename), then ``Download_file | Download item`` (``get_url``, run with
-``no_log``, so its failure says nothing about the URL). decice reads both from
-ansible-runner's job events, then asks the same Kubespray env for its download list as
-``contrib/offline/generate_list.yml`` renders it (its ``downloads`` with decice's
-group_vars: the URLs below ``files_repo``) to name the URL and the file's place in the
-mirror.
+Kubespray v2.29.1 downloads each file with ``roles/download/tasks/download_file.yml``,
+included by a role task whose vars name the item (``download: "{{ download_defaults |
+combine(downloads.runc) }}"``, e.g. ``roles/container-engine/runc/tasks/main.yml:21-24``).
+Its ``Download_file | Download item`` (``get_url``) runs with ``no_log``: the failure says
+nothing about the URL, and ansible-runner's events carry no set_fact values. decice
+takes the last ``playbook_on_include`` event before the failure (its ``task_path`` is that
+role task), reads the ``downloads.<name>`` it passes, then asks the same Kubespray env
+for its download list as ``contrib/offline/generate_list.yml`` renders it (``downloads``
+with decice's group_vars: the URLs below ``files_repo``) to name the file, its URL and
+its place in the mirror. The download role's own loop (``roles/download/tasks/main.yml``)
+names no item in its task: then every listed file missing from a local mirror is named.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,9 +26,11 @@ from typing import Any
 
 from decice import mirror as mirrors
 
-SET_PATH_TASK = "Download_file | Set pathname of cached file"
 DOWNLOAD_TASK = "Download_file | Download item"
 LIST_TIMEOUT_S = 180.0
+INCLUDE_LINES = 6  # lines of an include task searched for the item it passes
+_ITEM = re.compile(r"downloads\.([A-Za-z0-9_]+)")
+MAX_LISTED = 5
 
 # Renders Kubespray's own download list (as contrib/offline/generate_list.yml does) on
 # the controller: the roles only load their defaults (when: false), nothing is changed.
@@ -47,7 +53,8 @@ LIST_PLAYBOOK = """\
         mode: "0600"
         content: |
           {% for name, item in downloads.items() if item.file | default(false) %}
-          {{ {'name': name, 'dest': item.dest | basename, 'url': item.url} | to_json }}
+          {{ {'name': name, 'file': item.dest | basename, 'url': item.url,
+                'enabled': item.enabled | default(true) | bool} | to_json }}
           {% endfor %}
 """
 
@@ -55,7 +62,15 @@ LIST_PLAYBOOK = """\
 @dataclass(frozen=True)
 class FailedDownload:
     host: str
-    file: str  # basename of Kubespray's dest (what the set_fact names)
+    item: str  # the key of Kubespray's `downloads` being fetched ("" when unknown)
+
+
+@dataclass(frozen=True)
+class Listed:
+    name: str  # key of Kubespray's `downloads`
+    file: str  # basename of its dest on the node
+    url: str
+    enabled: bool = True  # Kubespray's `enabled` of the item (runtime, CNI, ... chosen)
 
 
 def _events(events_dir: Path) -> list[Mapping[str, Any]]:
@@ -70,31 +85,43 @@ def _events(events_dir: Path) -> list[Mapping[str, Any]]:
     return [data for _counter, data in sorted(found, key=lambda pair: pair[0])]
 
 
+def included_item(task_path: str) -> str:
+    """The ``downloads.<name>`` an include task at ``<file>:<line>`` passes, else ""."""
+    path, _, line = task_path.rpartition(":")
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        start = int(line) - 1
+    except (OSError, ValueError):
+        return ""
+    for text in lines[max(start, 0) : start + INCLUDE_LINES]:
+        found = _ITEM.search(text)
+        if found:
+            return found.group(1)
+    return ""
+
+
 def failed_downloads(events_dir: Path) -> list[FailedDownload]:
-    """The hosts whose ``Download item`` failed, each with the file it was fetching."""
-    current: dict[str, str] = {}
+    """The hosts whose ``Download item`` failed, each with the item it was fetching."""
+    item = ""
     failed: list[FailedDownload] = []
     for event in _events(events_dir):
         data = event.get("event_data") or {}
         host, task = str(data.get("host", "")), str(data.get("task", ""))
-        res = data.get("res") or {}
-        if event.get("event") == "runner_on_ok" and task == SET_PATH_TASK:
-            cached = str((res.get("ansible_facts") or {}).get("file_path_cached", ""))
-            if cached:
-                current[host] = PurePosixPath(cached).name
+        if event.get("event") == "playbook_on_include":
+            item = included_item(str(data.get("task_path", "")))
         elif (
             event.get("event") == "runner_on_failed"
             and task == DOWNLOAD_TASK
             and not data.get("ignore_errors")
         ):
-            failed.append(FailedDownload(host, current.get(host, "")))
+            failed.append(FailedDownload(host, item))
     return failed
 
 
 def list_downloads(
     binary: Path, env: Mapping[str, str], cwd: Path, group_vars: Path, work_dir: Path
-) -> dict[str, str]:
-    """``{dest basename: url}`` of Kubespray's file downloads, rendered by ``binary``.
+) -> dict[str, Listed]:
+    """Kubespray's file downloads by name (its ``downloads``), rendered by ``binary``.
 
     ``binary`` is the Kubespray env's ansible-playbook; ``group_vars`` decice's
     ``group_vars/all/decice.yml`` (passed as extra vars: the implicit localhost is in
@@ -133,12 +160,17 @@ def list_downloads(
         lines = out.read_text(encoding="utf-8").splitlines()
     except (OSError, subprocess.SubprocessError):
         return {}
-    urls: dict[str, str] = {}
+    listed: dict[str, Listed] = {}
     for line in lines:
         if line.strip():
             item = json.loads(line)
-            urls[str(item["dest"])] = str(item["url"])
-    return urls
+            listed[str(item["name"])] = Listed(
+                str(item["name"]),
+                str(item["file"]),
+                str(item["url"]),
+                bool(item.get("enabled", True)),
+            )
+    return listed
 
 
 def in_mirror(url: str, files_repo: str | None, mirror: mirrors.Mirror | None) -> Path | None:
@@ -160,33 +192,46 @@ def upstream(url: str, files_repo: str | None) -> str:
 
 def explain(
     failed: list[FailedDownload],
-    urls: Mapping[str, str],
+    listed: Mapping[str, Listed],
     files_repo: str | None,
     mirror: mirrors.Mirror | None,
 ) -> str:
     """One message for the failed downloads: what is missing, where, and the fix."""
-    hosts = sorted({f.host for f in failed})
-    first = failed[0]
-    name = first.file or "(unknown file)"
-    url = urls.get(first.file, "")
-    where = in_mirror(url, files_repo, mirror) if url else None
-    on = f"on {', '.join(hosts)}"
+    on = f"on {', '.join(sorted({f.host for f in failed}))}"
+    sync = (
+        "    fix: run `decice mirror sync` on a machine with internet access to add "
+        "Kubespray's offline files for the pinned versions"
+    )
+    entry = listed.get(failed[0].item)
+    if entry is None:
+        missing = [
+            e
+            for e in listed.values()
+            if e.enabled and (p := in_mirror(e.url, files_repo, mirror)) and not p.is_file()
+        ]
+        lines = [f"Kubespray's download stage stopped {on}: a file it fetches is not in the mirror"]
+        if failed[0].item:
+            lines[0] += f" (downloads.{failed[0].item})"
+        if missing:
+            shown = ", ".join(e.file for e in missing[:MAX_LISTED])
+            more = f" and {len(missing) - MAX_LISTED} more" if len(missing) > MAX_LISTED else ""
+            lines.append(f"    not in the mirror: {shown}{more}")
+        return "\n".join([*lines, sync])
+    where = in_mirror(entry.url, files_repo, mirror)
     if where is not None and where.is_file():
         return (
-            f"Kubespray's download of {name} failed {on}: it is in the mirror ({where}) "
+            f"Kubespray's download of {entry.file} failed {on}: it is in the mirror ({where}) "
             "but the nodes cannot read it\n"
             f"    fix: mount the mirror at {mirror.root if mirror else '?'} on every node "
             "(Kubespray's get_url runs on the nodes)"
         )
-    lines = [f"Kubespray's download stage stopped {on}: {name} is not in the mirror"]
-    if url:
-        lines.append(f"    wanted: {url}")
-        lines.append(f"    upstream: {upstream(url, files_repo)}")
+    lines = [
+        f"Kubespray's download stage stopped {on}: {entry.file} is not in the mirror",
+        f"    wanted: {entry.url}",
+        f"    upstream: {upstream(entry.url, files_repo)}",
+    ]
     if where is not None:
         lines.append(f"    missing: {where}")
-    lines.append(
-        "    fix: run `decice mirror sync` on a machine with internet access to add "
-        "Kubespray's offline files for the pinned versions"
-        + (f", or copy the upstream file to {where}" if where is not None else "")
+    return "\n".join(
+        [*lines, sync + (f", or copy the upstream file to {where}" if where is not None else "")]
     )
-    return "\n".join(lines)
