@@ -117,7 +117,7 @@ def test_list_downloads_failure_gives_an_empty_list(tmp_path):
 def test_a_local_mirror_gets_one_download_attempt_a_url_mirror_the_default(tmp_path):
     local = render.ClusterSettings(kube_version="1.32.10", files_repo="file:///m/files")
     remote = render.ClusterSettings(kube_version="1.32.10", files_repo="https://m/files")
-    assert render.group_vars(local)["all"]["download_retries"] == 1
+    assert render.group_vars(local)["all"]["download_retries"] == 0
     assert "download_retries" not in render.group_vars(remote)["all"]
 
 

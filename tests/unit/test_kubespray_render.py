@@ -162,7 +162,7 @@ def test_group_vars_offline_from_a_mirror(tmp_path):
     assert values["dl_k8s_io_url"] == f"{files}/dl.k8s.io"
     assert values["storage_googleapis_url"] == f"{files}/storage.googleapis.com"
     assert values["get_helm_url"] == f"{files}/get.helm.sh"
-    assert values["download_retries"] == 1  # a file missing from a local mirror: no retries
+    assert values["download_retries"] == 0  # a file missing from a local mirror: no retries
     assert values["registry_host"] == "registry.local:5000"
     for repo in render.IMAGE_REPOS:
         assert values[repo] == "registry.local:5000"

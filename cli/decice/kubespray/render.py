@@ -9,8 +9,8 @@ group_vars/all/decice.yml
   reset_restart_network     roles/reset/defaults/main.yml (default true: restarts networking)
   override_system_hostname  roles/bootstrap_os/defaults/main.yml (default true: renames hosts)
   files_repo, registry_host inventory/sample/group_vars/all/offline.yml (offline convention)
-  download_retries          roles/kubespray_defaults/defaults/main/download.yml (1 for a
-                            local mirror: a missing file fails at once)
+  download_retries          roles/kubespray_defaults/defaults/main/download.yml (0 for a
+                            local mirror: one attempt, a missing file fails at once)
   github_url, dl_k8s_io_url, storage_googleapis_url, get_helm_url
                             roles/kubespray_defaults/defaults/main/download.yml (every
                             *_download_url is built from these four)
@@ -317,8 +317,9 @@ def group_vars(settings: ClusterSettings) -> dict[str, dict[str, Any]]:
             all_vars[var] = f"{base}/{host}"
         if base.startswith("file:"):
             # a file missing from a local mirror stays missing: one attempt, no
-            # 4 x 5 s of get_url retries (roles/download/tasks/download_file.yml:59-79)
-            all_vars["download_retries"] = 1
+            # 4 x 5 s of get_url retries (roles/download/tasks/download_file.yml:59-79;
+            # ansible-core 2.17 runs a task retries + 1 times: 0 is a single attempt)
+            all_vars["download_retries"] = 0
     if settings.registry:
         all_vars["registry_host"] = settings.registry.host
         for var in IMAGE_REPOS:
