@@ -171,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"decice-scheduler: {exc}", file=sys.stderr)
         return 2
 
-    from decice_scheduler.app import Options, Scheduler, configure_logging
+    from decice_scheduler.app import Options, Scheduler
+    from decice_scheduler.logsetup import configure_logging
 
     configure_logging(args.log_level)
     options = Options(

@@ -342,13 +342,3 @@ class Scheduler:
                 self.metrics.queue_depth.labels(name).set(value)
             self.metrics.ready.set(1 if self.is_ready() else 0)
             await asyncio.sleep(1.0)
-
-
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    # httpx logs every request at INFO
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("httpcore").setLevel(logging.WARNING)

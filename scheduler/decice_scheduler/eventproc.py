@@ -340,7 +340,7 @@ def _send(pipe: asyncio.StreamWriter, counts: Mapping[str, Any]) -> None:
 
 
 def _configure_logging(level: str) -> None:
-    from decice_scheduler.app import configure_logging
+    from decice_scheduler.logsetup import configure_logging
 
     configure_logging(level)
 
