@@ -133,6 +133,7 @@ def test_group_vars_without_mirror(tmp_path):
             "flush_iptables": False,
             "reset_restart_network": False,
             "override_system_hostname": False,
+            "sysctl_file_path": "/etc/sysctl.d/99-kubespray.conf",
         },
         "k8s_cluster": {
             "kube_network_plugin": "calico",

@@ -8,6 +8,8 @@ group_vars/all/decice.yml
   flush_iptables            roles/reset/defaults/main.yml (default true: flushes ALL rules)
   reset_restart_network     roles/reset/defaults/main.yml (default true: restarts networking)
   override_system_hostname  roles/bootstrap_os/defaults/main.yml (default true: renames hosts)
+  sysctl_file_path          roles/kubespray_defaults/defaults/main/main.yml:775 (reset.yml
+                            deletes it: Kubespray's own file, not the distribution's)
   files_repo, registry_host inventory/sample/group_vars/all/offline.yml (offline convention)
   download_retries          roles/kubespray_defaults/defaults/main/download.yml (0 for a
                             local mirror: one attempt, a missing file fails at once)
@@ -68,6 +70,7 @@ IMAGE_REPOS = (
 # Hosts that share the kernel of the machine running them (lab nodes: privileged
 # containers) or say prepare_kernel_wide: false: Kubespray must not change kernel-wide
 # settings there. Each variable and the tasks of Kubespray v2.29.1 it switches off:
+SYSCTL_FILE = "/etc/sysctl.d/99-kubespray.conf"
 KERNEL_SHARED: dict[str, Any] = {
     # roles/kubernetes/preinstall/tasks/main.yml:3-7 -> 0010-swapoff.yml:10-26 (fstab swap
     # entries removed, swap.target masked, swapoff -a); kubelet's failSwapOn
@@ -309,6 +312,10 @@ def group_vars(settings: ClusterSettings) -> dict[str, dict[str, Any]]:
         "flush_iptables": False,
         "reset_restart_network": False,
         "override_system_hostname": False,
+        # Kubespray writes its sysctls to this file and reset.yml deletes it; the
+        # default /etc/sysctl.d/99-sysctl.conf is Debian's link to the site's own
+        # /etc/sysctl.conf (preinstall follows the link and writes there)
+        "sysctl_file_path": SYSCTL_FILE,
     }
     if settings.files_repo:
         base = settings.files_repo.rstrip("/")
