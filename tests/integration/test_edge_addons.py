@@ -26,7 +26,7 @@ from decice import addons, versions
 from decice.sim.binaries import BinarySet
 from decice.sim.controlplane import ControlPlaneInfo
 from tests.integration.simsupport import addon_cluster, api_objects
-from tests.support import REPO, require, run_captured, run_playbook
+from tests.support import REPO, require, run_captured, run_decice, run_playbook
 
 pytestmark = pytest.mark.addons
 
@@ -271,3 +271,60 @@ def test_mirror_sync_pins_and_image_lists_of_the_edge(
         "kubeedge/sedna-kb:v0.7.0",
         "kubeedge/sedna-lc:v0.7.0",
     ]
+
+
+def test_cli_up_with_the_edge_ok_down_leaves_nothing_psk_nowhere(tmp_path: Path) -> None:
+    """The acceptance path through the CLI: `decice up` on a sim spec with kubeedge (and
+    EdgeMesh) and sedna from the mirror ends ok, says what is not possible on sim, and
+    `down` leaves nothing; the PSK is in no output and in no file of the state dir (run
+    records and ansible-runner artifacts included) but its own 0600 file, gone after down."""
+    require((MIRROR / "charts" / "SHA256SUMS").is_file(), f"the upstream mirror {MIRROR}")
+    nodes = "".join(f"    - {json.dumps(group)}\n" for group in GROUPS)
+    (tmp_path / "decice.yaml").write_text(
+        "name: edge-cli\ntarget: sim\n"
+        f"sim:\n  nodes:\n{nodes}"
+        "addons:\n  volcano: {enabled: false}\n  kubeedge: {enabled: true}\n"
+        "  sedna: {enabled: true}\n  interlink: {enabled: false}\n  kubeflow: {enabled: false}\n"
+        f"mirror:\n  path: {MIRROR}\n"
+    )
+    state = tmp_path / ".decice"
+    outputs: list[str] = []
+    try:
+        up = run_decice(tmp_path, "up", "--json", timeout=1500)
+        outputs += [up.stdout, up.stderr]
+        assert up.returncode == 0, up.stderr[-4000:]
+        record = json.loads(up.stdout)
+        assert record["status"] == "ok", record["failures"] or record["not_done"]
+        for name in ("kubeedge", "sedna"):
+            assert record["installed"][name]["version"], record["installed"]
+        assert "not possible on sim" in record["verified"]["kubeedge"], record["verified"]
+        assert "not possible on sim" in record["verified"]["edge_join"], record["verified"]
+        psk_file = state / "addons" / "edgemesh-psk"
+        assert psk_file.stat().st_mode & 0o777 == 0o600
+        psk = psk_file.read_text().strip()
+        assert len(base64.b64decode(psk)) == 32
+
+        down = run_decice(tmp_path, "down", "--json", timeout=1200)
+        outputs += [down.stdout, down.stderr]
+        assert down.returncode == 0, down.stderr[-4000:]
+        assert json.loads(down.stdout)["status"] == "ok"
+        assert not psk_file.exists()
+        clean = run_decice(tmp_path, "verify", "--only", "cluster", "--json", timeout=600)
+        assert clean.returncode == 0, clean.stdout[-4000:] + clean.stderr[-4000:]
+        assert json.loads(clean.stdout)["verified"]["cluster"].startswith("0 object(s)")
+
+        for text in outputs:
+            assert psk not in text
+        runs = [p for p in (state / "runs").rglob("*") if p.is_file()]
+        assert any("artifacts" in p.parts for p in runs), "the runs keep ansible-runner artifacts"
+        # the sim's etcd is the cluster's own store: it holds the PSK's ConfigMap as any
+        # control plane does, private to this user; everything else must not hold it
+        etcd = state / "sim" / "control-plane" / "etcd"
+        for private in (etcd.parent, etcd):
+            assert private.stat().st_mode & 0o077 == 0, f"{private} {private.stat().st_mode:o}"
+        for path in state.rglob("*"):
+            if path.is_file() and etcd not in path.parents:
+                assert psk.encode() not in path.read_bytes(), path
+    finally:
+        reset = run_decice(tmp_path, "reset", "--yes", "--json", timeout=600)
+    assert reset.returncode == 0, reset.stderr[-4000:]
