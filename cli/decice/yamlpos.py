@@ -93,6 +93,14 @@ class YamlSyntaxError(ValueError):
         self.fix = fix
 
 
+def _too_deep(pos: Pos) -> YamlSyntaxError:
+    return YamlSyntaxError(
+        f"nested more than {MAX_DEPTH} levels deep",
+        pos,
+        "flatten the structure; a spec needs far fewer levels (check for stray '[' or '{')",
+    )
+
+
 def load(text: str, *, loader: type[yaml.SafeLoader] | None = None) -> PositionedYaml:
     """Parse ``text`` (one document) keeping positions; raise YamlSyntaxError on bad YAML.
 
@@ -113,6 +121,8 @@ def load(text: str, *, loader: type[yaml.SafeLoader] | None = None) -> Positione
         mark = exc.problem_mark or exc.context_mark
         pos = Pos(mark.line + 1, mark.column + 1) if mark else Pos(1, 1)
         problem = exc.problem or exc.context or "invalid YAML"
+        if "maximum nesting depth" in problem:  # libyaml's own limit, met before MAX_DEPTH
+            raise _too_deep(pos) from None
         raise YamlSyntaxError(f"invalid YAML: {problem}", pos, _syntax_fix(text, pos)) from None
     except yaml.YAMLError as exc:
         raise YamlSyntaxError(f"invalid YAML: {exc}", Pos(1, 1), _syntax_fix(text, None)) from None
@@ -349,11 +359,7 @@ class _Builder:
         if event.tag not in (_MAP_TAGS if is_map else _SEQ_TAGS):
             raise _refuse_tag(str(event.tag), pos)
         if len(self.stack) >= MAX_DEPTH:
-            raise YamlSyntaxError(
-                f"nested more than {MAX_DEPTH} levels deep",
-                pos,
-                "flatten the structure; a spec needs far fewer levels (check for stray '[' or '{')",
-            )
+            raise _too_deep(pos)
         container: dict[Any, Any] | list[Any] = {} if is_map else []
         count = self.count
         path = self._add(container, pos, 1)
