@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import yaml
 
 from decice import lifecycle, paths, spec, targets
 from decice.sim.scheduler_service import placement_flags
-from tests.support import BIN, REPO, sim_spec
+from tests.support import BIN, REPO, run_captured, sim_spec
 
 pytestmark = pytest.mark.local
 
@@ -132,14 +131,11 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     playbook.write_text(yaml.safe_dump(plays, sort_keys=False))
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    result = subprocess.run(
+    result = run_captured(
         [str(BIN / "ansible-playbook"), "-i", "localhost,", str(playbook)],
         cwd=REPO,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=300,
-        check=False,
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     cases: dict[str, Any] = {"preflight": (out / "preflight.msg").read_text()}
