@@ -186,5 +186,8 @@ def _render_lab(info: Any) -> None:
         _out.print(f"  {node.name:<10} {node.ip:<15} {node.state}")
     _out.print(f"inventory  {info.inventory}")
     _out.print(f"ssh config {info.ssh_config}")
+    if info.shared_dir:
+        _out.print(f"user       {info.user} (ssh -F {info.ssh_config} {info.user}@node1)")
+        _out.print(f"shared     {info.shared_dir} -> {info.shared_mount} on every node")
     if info.slurm_env_file:
         _out.print(f"slurm      source {info.slurm_env_file}")

@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from decice.lab import munge
+from decice.lab import munge, users
 from decice.lab import nodes as node_ops
 from decice.lab import slurm as slurm_ops
 from decice.lab.errors import LabError
@@ -84,6 +84,8 @@ def status(name: str, state_root: Path) -> LabInfo | None:
 def _healthy(info: LabInfo) -> bool:
     if not info.known_hosts or not Path(info.known_hosts).is_file():
         return False  # made before decice kept the nodes' host keys: recreate it
+    if not info.shared_dir or not Path(info.shared_dir).is_dir():
+        return False  # made before labs had the decice user and /shared: recreate it
     containers = [*info.nodes, *([info.controller] if info.controller else [])]
     if not all(n.state == "running" for n in containers):
         return False
@@ -182,6 +184,7 @@ def _create(name: str, count: int, slurm_enabled: bool, state_root: Path) -> Lab
     write_private(ssh_config, render_ssh_config(everyone, key, known_hosts))
 
     files = slurm_ops.SlurmFiles(directory / "slurm") if controller else None
+    shared = users.make_shared_dir(directory)
     info = LabInfo(
         name=name,
         nodes=lab_nodes,
@@ -196,15 +199,18 @@ def _create(name: str, count: int, slurm_enabled: bool, state_root: Path) -> Lab
         controller=controller,
         slurm_env=files.env() if files else None,
         slurm_env_file=str(files.env_file) if files else None,
+        user=users.USER,
+        shared_dir=str(shared),
+        shared_mount=users.SHARED_MOUNT,
     )
     save(info, directory)  # recorded before anything runs, so destroy finds it all
 
-    mounts: list[str] = []
+    mounts: list[str] = [users.shared_mount(directory)]
     # (container, volumes, systemd arguments): the SLURM controller first, then the nodes
     starts: list[tuple[LabNode, list[str], list[str]]] = []
     if files and controller:
         slurm_ops.write_files(files, name, controller, lab_nodes, image.munge_uid, image.munge_gid)
-        mounts = files.mounts()
+        mounts += files.mounts()
         starts.append((controller, [], ["systemd.setenv=SLURM_ROLE=controller"]))
     compute = ["systemd.setenv=SLURM_ROLE=compute"] if files else []
     starts.extend((node, [CONTAINERD_VOLUME], compute) for node in lab_nodes)
@@ -223,6 +229,7 @@ def _create(name: str, count: int, slurm_enabled: bool, state_root: Path) -> Lab
     public = key.with_suffix(".pub").read_text()
     for node in everyone:
         node_ops.install_authorized_key(podman, node.container, public)
+        users.add_user(podman, node.container, public)
     node_ops.wait_all(podman, ssh_config, everyone)
 
     if files:

@@ -40,6 +40,9 @@ class LabInfo:
     slurm_env: dict[str, str] | None = None  # env vars that make the host a submit host
     slurm_env_file: str | None = None  # the same as a shell file to source
     munged_pid: int | None = None
+    user: str = ""  # the unprivileged user on every node ("" in a lab made before it)
+    shared_dir: str = ""  # host dir bind-mounted at ``shared_mount`` on every node
+    shared_mount: str = ""
 
     @property
     def slurm(self) -> bool:
