@@ -173,13 +173,104 @@ class AddonSpec(_Model):
     values: dict[str, object] = Field(default_factory=dict)
 
 
+_SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+
+
+class InterlinkEndpoint(_Model):
+    """One virtual HPC node and the SLURM login host whose plugin backs it (docs/interlink.md)."""
+
+    node: str  # the virtual node's name (a DNS label)
+    login_host: str  # an inventory host (group decice_hpc); on sim a name ssh reaches
+    user: str | None = None  # ssh/SLURM user there (unset: the inventory's)
+    port: int = 4000  # the plugin's TCP port on the login host
+    partition: str
+    account: str | None = None
+    data_dir: str  # absolute, on a file system the compute nodes share
+    runtime: Literal["auto", "apptainer", "bare"] = "auto"
+
+    @field_validator("node")
+    @classmethod
+    def _node(cls, value: str) -> str:
+        if not _DNS_LABEL.match(value):
+            raise _invalid(
+                f"{checks.shown(value)}: not a DNS label",
+                "name the virtual node with lower-case letters, digits and '-', e.g. hpc-0",
+            )
+        return value
+
+    @field_validator("login_host")
+    @classmethod
+    def _login_host(cls, value: str) -> str:
+        return _host_name(value)
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str | None) -> str | None:
+        problem = None if value is None else checks.user_problem(value)
+        if problem:
+            raise _invalid(f"{checks.shown(value)}: {problem}", checks.USER_FIX)
+        return value
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, value: int) -> int:
+        problem = checks.port_problem(value)
+        if problem:
+            raise _invalid(f"{checks.shown(value)}: {problem}", "give a port such as 4000")
+        return value
+
+    @field_validator("partition", "account")
+    @classmethod
+    def _slurm_name(cls, value: str | None) -> str | None:
+        if value is not None and not _SLURM_NAME.match(value):
+            raise _invalid(
+                f"{checks.shown(value)}: not a SLURM name",
+                "give the name as sinfo/sacctmgr shows it (letters, digits, '_', '.', '-')",
+            )
+        return value
+
+    @field_validator("data_dir")
+    @classmethod
+    def _data_dir(cls, value: str) -> str:
+        problem = checks.path_problem(value) or (
+            None if value.startswith("/") else "not an absolute path"
+        )
+        if problem:
+            raise _invalid(
+                f"{checks.shown(value)}: {problem}",
+                "give an absolute directory on the file system the compute nodes share, "
+                "e.g. /shared/decice-interlink",
+            )
+        return value.rstrip("/") or "/"
+
+
+class InterlinkSpec(AddonSpec):
+    """interLink: the common add-on settings plus the SLURM endpoints of the virtual nodes."""
+
+    endpoints: list[InterlinkEndpoint] = Field(default_factory=list)
+
+    @field_validator("endpoints")
+    @classmethod
+    def _unique(cls, value: list[InterlinkEndpoint]) -> list[InterlinkEndpoint]:
+        first: dict[str, int] = {}
+        for index, endpoint in enumerate(value):
+            if endpoint.node in first:
+                raise _invalid(
+                    f"endpoints[{index}].node {endpoint.node!r} repeats "
+                    f"endpoints[{first[endpoint.node]}].node",
+                    "give each virtual node one endpoint (node names are unique)",
+                )
+            first[endpoint.node] = index
+        return value
+
+
 class AddonsSpec(_Model):
     """One field per entry of the add-on registry (vars/addons.yml; a test keeps them equal)."""
 
     volcano: AddonSpec = AddonSpec()
     kubeedge: AddonSpec = AddonSpec()
     sedna: AddonSpec = AddonSpec()
-    interlink: AddonSpec = AddonSpec()
+    interlink: InterlinkSpec = InterlinkSpec()
     kubeflow: AddonSpec = AddonSpec()
 
     def get(self, name: str) -> AddonSpec:

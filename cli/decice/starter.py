@@ -67,7 +67,17 @@ kubernetes:
   cni: calico                # calico | flannel | cilium
 addons:                      # each: enabled, version (pinned if absent), values
   volcano: {enabled: true}
-  interlink: {enabled: true}
+  interlink:                 # virtual HPC nodes whose pods run as SLURM jobs
+    enabled: true
+    endpoints: []            # one per virtual node, e.g.:
+    # - node: hpc-0          #   the virtual node's name (a DNS label, unique)
+    #   login_host: login1   #   an hpc host of this spec (sim: a name ssh reaches)
+    #   user: alice          #   optional; else the inventory's ssh user (never root)
+    #   port: 4000           #   the plugin's TCP port on the login host
+    #   partition: batch
+    #   account: proj1       #   optional
+    #   data_dir: /shared/decice-interlink   # absolute, shared with the compute nodes
+    #   runtime: auto        #   auto | apptainer | bare
   kubeedge: {enabled: true}  # with EdgeMesh
   sedna: {enabled: true}     # needs kubeedge
   kubeflow: {enabled: true}  # Kubeflow Trainer

@@ -1,0 +1,152 @@
+"""The spec's ``addons.interlink.endpoints``: defaults, rules, errors with file:line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from decice import spec, starter
+from decice.errors import EXIT_BAD_INPUT
+
+pytestmark = pytest.mark.unit
+
+HEAD = "name: x\naddons:\n  interlink:\n    endpoints:\n"
+GOOD = (
+    "      - node: hpc-0\n"
+    "        login_host: login1\n"
+    "        partition: batch\n"
+    "        data_dir: /shared/il\n"
+)
+
+
+def _issues(text: str) -> list[spec.SpecIssue]:
+    with pytest.raises(spec.SpecError) as caught:
+        spec.parse(text, "s.yaml")
+    return caught.value.issues
+
+
+def test_defaults_of_an_endpoint() -> None:
+    parsed, _ = spec.parse(HEAD + GOOD, "s.yaml")
+    (endpoint,) = parsed.addons.interlink.endpoints
+    assert endpoint.node == "hpc-0"
+    assert endpoint.login_host == "login1"
+    assert endpoint.user is None
+    assert endpoint.port == 4000
+    assert endpoint.account is None
+    assert endpoint.runtime == "auto"
+    assert endpoint.data_dir == "/shared/il"
+    assert parsed.addons.interlink.enabled is True
+
+
+def test_every_field_given_reaches_the_plays() -> None:
+    text = (
+        HEAD
+        + GOOD
+        + (
+            "        user: alice\n        port: 4100\n        account: proj1\n        runtime: bare\n"
+        )
+    )
+    parsed, _ = spec.parse(text, "s.yaml")
+    dumped = parsed.model_dump(mode="json")["addons"]["interlink"]["endpoints"][0]
+    assert dumped == {
+        "node": "hpc-0",
+        "login_host": "login1",
+        "user": "alice",
+        "port": 4100,
+        "partition": "batch",
+        "account": "proj1",
+        "data_dir": "/shared/il",
+        "runtime": "bare",
+    }
+
+
+def test_no_endpoints_by_default() -> None:
+    parsed, _ = spec.parse("name: x\n", "s.yaml")
+    assert parsed.addons.interlink.endpoints == []
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("node", "HPC_0", "DNS label"),
+        ("login_host", "'-x'", "login_host"),
+        ("user", "'bad user'", "not a login name"),
+        ("port", "70000", "not a port number"),
+        ("partition", "'a b'", "not a SLURM name"),
+        ("account", "'a;b'", "not a SLURM name"),
+        ("data_dir", "shared/il", "not an absolute path"),
+        ("runtime", "docker", "'auto', 'apptainer' or 'bare'"),
+    ],
+)
+def test_bad_field_names_its_line(field: str, value: str, message: str) -> None:
+    base = {
+        "node": "hpc-0",
+        "login_host": "login1",
+        "partition": "batch",
+        "data_dir": "/shared/il",
+    }
+    base[field] = value
+    body = "".join(
+        f"{'      - ' if i == 0 else '        '}{k}: {v}\n" for i, (k, v) in enumerate(base.items())
+    )
+    (issue,) = _issues(HEAD + body)
+    line = 5 + list(base).index(field)
+    assert issue.line == line
+    assert issue.field == f"addons.interlink.endpoints[0].{field}"
+    assert message in issue.render()
+    assert "fix:" in issue.render()
+
+
+@pytest.mark.parametrize("missing", ["node", "login_host", "partition", "data_dir"])
+def test_required_fields(missing: str) -> None:
+    body = "".join(
+        line
+        for line in GOOD.replace("      - ", "        ").splitlines(keepends=True)
+        if not line.strip().startswith(f"{missing}:")
+    )
+    body = "      - " + body.lstrip()
+    (issue,) = _issues(HEAD + body)
+    assert f"required key '{missing}' is missing" in issue.render()
+    assert issue.line == 5
+
+
+def test_unknown_key_suggests_the_field() -> None:
+    (issue,) = _issues(HEAD + GOOD + "        datadir: /x\n")
+    assert issue.line == 9
+    assert "did you mean 'data_dir'?" in issue.render()
+
+
+def test_duplicate_nodes_are_refused() -> None:
+    other = GOOD.replace("/shared/il", "/shared/other").replace("login1", "login2")
+    (issue,) = _issues(HEAD + GOOD + other)
+    assert issue.line == 4
+    assert "endpoints[1].node 'hpc-0' repeats endpoints[0].node" in issue.render()
+    assert "unique" in issue.render()
+
+
+def test_the_starter_documents_every_field() -> None:
+    text = starter.render("lab")
+    for field in ("node", "login_host", "user", "port", "partition", "account", "data_dir"):
+        assert f"#   {field}: " in text or f"# - {field}: " in text, field
+    assert "auto | apptainer | bare" in text
+    parsed, _ = spec.parse(text, "starter.yaml")
+    assert parsed.addons.interlink.endpoints == []
+
+
+def test_bad_endpoint_through_the_cli_exits_2_and_touches_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "decice.yaml"
+    path.write_text(HEAD + GOOD.replace("/shared/il", "relative/dir"))
+    result = subprocess.run(
+        [sys.executable, "-m", "decice", "plan", "-f", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert result.returncode == EXIT_BAD_INPUT, result.stderr
+    assert f"{path}:8:" in result.stderr
+    assert "not an absolute path" in result.stderr
+    assert not (tmp_path / ".decice").exists()
