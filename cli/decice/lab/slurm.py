@@ -47,6 +47,16 @@ class SlurmFiles:
         return {"SLURM_CONF": str(self.host_conf)}
 
 
+def node_memory_mb(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """90 % of this machine's memory in MiB: what every node (sharing it) offers SLURM.
+
+    Below what slurmd detects, so no node is drained for "low RealMemory"."""
+    for line in meminfo.read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(int(line.split()[1]) / 1024 * 0.9)
+    return None
+
+
 def write_files(
     files: SlurmFiles,
     lab: str,
@@ -62,9 +72,17 @@ def write_files(
     files.node_conf.parent.chmod(0o755)
     write_keys(files.munge, munge_uid, munge_gid)
     cpus = os.cpu_count() or 1
-    files.node_conf.write_text(render_slurm_conf(lab, controller, nodes, cpus))
+    memory = node_memory_mb()
+    files.node_conf.write_text(render_slurm_conf(lab, controller, nodes, cpus, memory_mb=memory))
     files.host_conf.write_text(
-        render_slurm_conf(lab, controller, nodes, cpus, auth_socket=str(files.munge.socket))
+        render_slurm_conf(
+            lab,
+            controller,
+            nodes,
+            cpus,
+            auth_socket=str(files.munge.socket),
+            memory_mb=memory,
+        )
     )
     for path in (files.node_conf, files.host_conf):
         path.chmod(0o644)

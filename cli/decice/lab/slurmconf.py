@@ -20,11 +20,14 @@ def render_slurm_conf(
     nodes: Sequence[LabNode],
     cpus: int,
     auth_socket: str | None = None,
+    memory_mb: int | None = None,
 ) -> str:
     """slurm.conf with what works in podman nodes: munge auth, linuxproc, no task plugin.
 
     ``NodeAddr`` carries each node's IP because the submit host cannot resolve node
     names. ``auth_socket`` is set only in the host's copy (its own munged socket).
+    ``memory_mb`` is each node's ``RealMemory`` (jobs asking ``--mem`` need it; memory
+    stays unconsumed: ``CR_Core``).
     """
     if not nodes:
         raise ValueError("a SLURM lab needs at least one compute node")
@@ -66,8 +69,9 @@ def render_slurm_conf(
         "SlurmctldLogFile=/var/log/slurm/slurmctld.log",
         "SlurmdLogFile=/var/log/slurm/slurmd.log",
     ]
+    memory = f" RealMemory={memory_mb}" if memory_mb else ""
     for node in nodes:
-        lines.append(f"NodeName={node.name} NodeAddr={node.ip} CPUs={cpus} State=UNKNOWN")
+        lines.append(f"NodeName={node.name} NodeAddr={node.ip} CPUs={cpus}{memory} State=UNKNOWN")
     names = ",".join(n.name for n in nodes)
     lines.append(f"PartitionName=lab Nodes={names} Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
