@@ -35,9 +35,14 @@ Entry point (a detached managed process; logs to stderr; SIGTERM/SIGINT stop it)
 
     python -m decice.sim.agent --kubeconfig K --nodes-file F.json
         [--status-file S.json] [--heartbeat auto|on|off] [--lease-interval 20]
-        [--max-in-flight 64] [--job-duration 2s|off] [--log-level INFO]
+        [--max-in-flight 64] [--job-duration 2s|off] [--interlink-file F]
+        [--kubelet-dir D] [--log-level INFO]
 
 F.json holds the node groups: a list of ``SimNodeGroup`` mappings, or ``{"nodes": [...]}``.
+
+Nodes named in the ``--interlink-file`` (polled while the agent runs) are not simulated
+for new pods: the agent plays their virtual kubelet against an interLink plugin
+(:mod:`decice.sim.vkubelet`), ``kubectl logs`` included.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ import httpx
 from decice import atomicfile
 from decice.sim import simnodes
 from decice.sim.simnodes import SimNode
+from decice.sim.vkubelet import VirtualKubelets
 from decice.spec_model import SimNodeGroup
 from decice_scheduler.client import MERGE_PATCH, ApiError, Client, Gone, gc_paused
 from decice_scheduler.resources import Resources, node_allocatable, pod_request
@@ -227,6 +233,8 @@ class NodeAgent:
         lease_interval: float = 20.0,
         workers: int = 64,
         job_duration: float | None = simnodes.JOB_POD_DURATION,
+        interlink_file: Path | None = None,
+        kubelet_dir: Path | None = None,
     ) -> None:
         self.client = client
         self.job_duration = job_duration
@@ -243,6 +251,10 @@ class NodeAgent:
         self.queue: asyncio.Queue[Action] = asyncio.Queue()
         self.ready = asyncio.Event()
         self._next_ip = 1
+        self.vk: VirtualKubelets | None = None
+        if interlink_file is not None:  # virtual kubelet of plugin-backed nodes
+            cert_dir = kubelet_dir or interlink_file.parent / "vkubelet"
+            self.vk = VirtualKubelets(client, nodes, interlink_file, cert_dir, self.enqueue)
 
     # ------------------------------------------------------------ bookkeeping
 
@@ -292,6 +304,9 @@ class NodeAgent:
             return
         meta = pod["metadata"]
         uid = str(meta["uid"])
+        if self.vk is not None and uid not in self.pods and self.vk.wants(pod):
+            self.vk.on_pod(kind, pod)
+            return
         if kind == "DELETED":
             self._forget(uid)
             return
@@ -532,6 +547,7 @@ class NodeAgent:
             "writes": self.stats.writes,
             "write_errors": self.stats.write_errors,
             "heartbeats": self.stats.heartbeats,
+            **({"interlink": self.vk.status()} if self.vk is not None else {}),
             "requests": self.client.requests,
             "retries": self.client.retries,
             "updated": simnodes.rfc3339(datetime.now(UTC)),
@@ -543,6 +559,8 @@ class NodeAgent:
         tasks.append(asyncio.create_task(self.sync_pods()))
         if self.heartbeat:
             tasks.append(asyncio.create_task(self.heartbeats()))
+        if self.vk is not None:
+            tasks.append(asyncio.create_task(self.vk.run()))
         try:
             while True:
                 for task in tasks:
@@ -574,10 +592,14 @@ class Relist:
 
     def page(self, items: Sequence[Mapping[str, Any]]) -> None:
         nodes = self.agent.nodes
+        vk = self.agent.vk
         for pod in items:
             meta = pod["metadata"]
             self.present.add(str(meta["uid"]))
             if (pod.get("spec") or {}).get("nodeName") not in nodes:
+                continue
+            if vk is not None and vk.wants(pod) and str(meta["uid"]) not in self.agent.pods:
+                self.agent.on_pod("MODIFIED", pod)  # the whole pod: /create needs it
                 continue
             phase = (pod.get("status") or {}).get("phase")
             if phase == "Pending" and not meta.get("deletionTimestamp"):
@@ -591,6 +613,8 @@ class Relist:
         agent.stats.last_relist = simnodes.rfc3339(datetime.now(UTC))
         for uid in [u for u in agent.pods if u not in self.present]:
             agent._forget(uid)
+        if agent.vk is not None:
+            agent.vk.forget_missing(self.present)
         for rec in agent.pods.values():
             if rec.state == "deleting":  # its force delete may have failed: try again
                 agent.enqueue(agent._force_delete, rec)
@@ -655,6 +679,8 @@ async def run_agent(
     status_file: Path | None = None,
     stop: asyncio.Event | None = None,
     job_duration: float | None = simnodes.JOB_POD_DURATION,
+    interlink_file: Path | None = None,
+    kubelet_dir: Path | None = None,
 ) -> None:
     """Register the nodes, then play their kubelets until ``stop`` is set (or cancelled)."""
     client = agent_client(kubeconfig, max_in_flight=max_in_flight)
@@ -677,6 +703,8 @@ async def run_agent(
             lease_interval=lease_interval,
             workers=max_in_flight,
             job_duration=job_duration,
+            interlink_file=interlink_file,
+            kubelet_dir=kubelet_dir,
         )
         runner = asyncio.create_task(agent.run(status_file))
         waiter = asyncio.create_task((stop or asyncio.Event()).wait())
@@ -723,6 +751,18 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="how long a Job's pod without sim annotations runs before it succeeds "
         "(Go duration, e.g. 2s; 'off': it runs forever)",
     )
+    parser.add_argument(
+        "--interlink-file",
+        type=Path,
+        help="JSON endpoint file naming the nodes an interLink plugin backs (polled; "
+        "see decice.sim.vkubelet); without it every node is simulated",
+    )
+    parser.add_argument(
+        "--kubelet-dir",
+        type=Path,
+        help="directory (0700) for the kubelet endpoint's self-signed certificate "
+        "(default: <interlink file's directory>/vkubelet)",
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
 
@@ -768,6 +808,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             status_file=args.status_file,
             stop=stop,
             job_duration=args.job_duration,
+            interlink_file=args.interlink_file,
+            kubelet_dir=args.kubelet_dir,
         )
 
     try:

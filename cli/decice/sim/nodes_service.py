@@ -2,7 +2,11 @@
 
 Files under ``<state>/sim/agent/``: ``process.json`` (the process record and the
 sha256 of the node groups), ``nodes.json`` (the groups; 0600, replaced atomically),
-``status.json`` (written by the agent), ``agent.log``.
+``status.json`` (written by the agent), ``agent.log``, ``kubelet/`` (the self-signed
+certificate of the kubelet endpoint it serves for nodes an interLink plugin backs).
+
+The agent polls ``<state>/sim/interlink.json`` (:func:`decice.sim.vkmodel.endpoint_file`),
+which the interlink role writes, for the nodes it plays the virtual kubelet of.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from decice.sim import procs
+from decice.sim.vkmodel import endpoint_file
 from decice.spec_model import SimSpec
 
 AGENT_DIR = "agent"
@@ -35,13 +40,21 @@ def agent_argv(
     extra: Sequence[str] = (),
     *,
     job_duration: str | None = None,
+    interlink_file: Path | None = None,
+    kubelet_dir: Path | None = None,
 ) -> list[str]:
     """The node agent's command line (this interpreter; ``extra``: more flags).
 
     ``job_duration``: how long a Job's pod runs before it succeeds (a Go duration such as
-    ``2s``, or ``off``); None leaves the agent's default (2 s).
+    ``2s``, or ``off``); None leaves the agent's default (2 s). ``interlink_file``: the
+    endpoint file of plugin-backed nodes (None: every node is simulated);
+    ``kubelet_dir``: where its kubelet endpoint's certificate goes.
     """
     jobs = ["--job-duration", job_duration] if job_duration is not None else []
+    if interlink_file is not None:
+        jobs += ["--interlink-file", str(interlink_file)]
+    if kubelet_dir is not None:
+        jobs += ["--kubelet-dir", str(kubelet_dir)]
     return [
         sys.executable,
         "-m",
@@ -95,13 +108,23 @@ def running(state_dir: Path) -> bool:
 def ensure(state_dir: Path, kubeconfig: Path, sim: SimSpec) -> dict[str, Any]:
     """Start the agent for ``sim``'s node groups (kept when running with the same groups);
     returns its status once ready."""
-    settings = {"nodes": [group.model_dump(mode="json") for group in sim.nodes]}
+    nodes = {"nodes": [group.model_dump(mode="json") for group in sim.nodes]}
+    interlink = endpoint_file(state_dir)
+    # an agent started without the endpoint file is restarted once to get it
+    settings = {**nodes, "interlink_file": str(interlink)}
 
     def launch() -> procs.Launch:
         nodes_file = agent_dir(state_dir) / "nodes.json"
-        procs.write_private(nodes_file, json.dumps(settings, sort_keys=True))
+        procs.write_private(nodes_file, json.dumps(nodes, sort_keys=True))
         status_path(state_dir).unlink(missing_ok=True)
-        return procs.Launch(agent_argv(kubeconfig, nodes_file, status_path(state_dir)))
+        argv = agent_argv(
+            kubeconfig,
+            nodes_file,
+            status_path(state_dir),
+            interlink_file=interlink,
+            kubelet_dir=agent_dir(state_dir) / "kubelet",
+        )
+        return procs.Launch(argv)
 
     return _process(state_dir).ensure(settings, launch).ready
 
