@@ -1,0 +1,164 @@
+"""decice-interlink-slurm serve | cancel-all (see docs/interlink.md)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import shutil
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from decice.interlink.errors import PluginError, UsageError
+from decice.interlink.jobscript import Defaults, Runtime
+from decice.interlink.plugin import Config, Plugin
+from decice.interlink.podspec import NAME_RE
+from decice.interlink.server import Listen, make_server, parse_listen, read_token
+
+log = logging.getLogger("decice.interlink")
+
+EXIT_USAGE = 2
+SAFE_DIR = re.compile(r"^/[A-Za-z0-9_.,+@=/-]*$")  # goes into #SBATCH lines and scripts
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="decice-interlink-slurm",
+        description="interLink 0.6.2 plugin running pods as SLURM jobs, without root.",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve the plugin API")
+    serve.add_argument("--data-dir", required=True, type=Path, help="on a shared file system")
+    serve.add_argument("--listen", help="tcp:HOST:PORT or unix:PATH (default unix:D/plugin.sock)")
+    serve.add_argument("--token-file", type=Path, help="bearer token file (0600); needed for tcp")
+    serve.add_argument("--partition", default="", help="SLURM partition (default: SLURM's)")
+    serve.add_argument("--account", default="", help="SLURM account (default: none)")
+    serve.add_argument("--runtime", choices=["auto", "apptainer", "bare"], default="auto")
+    serve.add_argument("--pidfile", type=Path, help="written while serving, removed on exit")
+    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    cancel = sub.add_parser("cancel-all", help="scancel every job of this data dir still queued")
+    cancel.add_argument("--data-dir", required=True, type=Path)
+    cancel.add_argument("--wait", type=float, default=30.0, help="seconds to wait until gone")
+    return p
+
+
+def _data_dir(path: Path) -> Path:
+    full = path.expanduser().absolute()
+    if not SAFE_DIR.match(str(full)):
+        raise UsageError(
+            f"--data-dir {full}: use a path of letters, digits and _.,+@=/- only "
+            "(it goes into job scripts)"
+        )
+    return full
+
+
+def detect_runtime(choice: str) -> Runtime:
+    if choice == "bare":
+        return Runtime("bare")
+    for name in ("apptainer", "singularity"):
+        found = shutil.which(name)
+        if found:
+            return Runtime("apptainer", found)
+    if choice == "apptainer":
+        raise UsageError("--runtime apptainer: neither apptainer nor singularity is on PATH")
+    return Runtime("bare")
+
+
+def _check_name(value: str, flag: str) -> str:
+    if value and not NAME_RE.match(value):
+        raise UsageError(f"{flag} {value!r}: letters, digits and _.+- only")
+    return value
+
+
+def _write_pidfile(path: Path) -> None:
+    if path.is_file():
+        try:
+            pid = int(path.read_text().strip())
+            os.kill(pid, 0)
+        except (ValueError, ProcessLookupError):
+            pass
+        except PermissionError:
+            raise UsageError(f"--pidfile {path}: process {path.read_text().strip()} runs") from None
+        else:
+            if pid != os.getpid():
+                raise UsageError(f"--pidfile {path}: the plugin already runs as pid {pid}")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(f"{os.getpid()}\n")
+    tmp.replace(path)
+
+
+def serve(args: argparse.Namespace) -> int:
+    data_dir = _data_dir(args.data_dir)
+    listen: Listen = parse_listen(args.listen or f"unix:{data_dir / 'plugin.sock'}")
+    token = read_token(args.token_file) if args.token_file else None
+    runtime = detect_runtime(args.runtime)
+    defaults = Defaults(
+        partition=_check_name(args.partition, "--partition"),
+        account=_check_name(args.account, "--account"),
+    )
+    plugin = Plugin(Config(data_dir, runtime, defaults))
+    plugin.ensure_dirs()
+    server = make_server(plugin, listen, token)
+    if args.pidfile:
+        _write_pidfile(args.pidfile)
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: stopping (jobs keep running; cancel-all cancels them)", signum)
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    log.info(
+        "serving on %s, data dir %s, runtime %s%s",
+        listen,
+        data_dir,
+        runtime.kind,
+        ", bearer token required" if token else "",
+    )
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
+        if listen.kind == "unix":
+            Path(listen.path).unlink(missing_ok=True)
+        if args.pidfile:
+            args.pidfile.unlink(missing_ok=True)
+    log.info("stopped")
+    return 0
+
+
+def cancel_all(args: argparse.Namespace) -> int:
+    data_dir = _data_dir(args.data_dir)
+    plugin = Plugin(Config(data_dir, Runtime("bare"), Defaults()))
+    cancelled = plugin.cancel_all(wait=args.wait)
+    for jid in cancelled:
+        print(f"cancelled SLURM job {jid}")
+    if not cancelled:
+        print("no job of this plugin is queued or running")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(args, "log_level", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return serve(args) if args.command == "serve" else cancel_all(args)
+    except UsageError as exc:
+        print(f"decice-interlink-slurm: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except PluginError as exc:
+        print(f"decice-interlink-slurm: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""HTTP around the plugin: TCP with a bearer token, or a unix socket (0600).
+
+Routes (as interLink 0.6.2's API server calls a plugin):
+    POST /create   RetrievedPodData -> CreateStruct
+    POST /delete   v1.Pod -> text
+    GET  /status   [v1.Pod] -> [PodStatus]; an empty list (interLink's ping) -> PingResponse
+    GET  /getLogs  LogStruct -> text
+    GET  /ping     -> PingResponse (the same as /status with an empty list)
+Errors answer a status (400 bad request, 401 no/wrong token, 404 unknown pod/route,
+422 a pod that cannot run here, 502 a SLURM command failed) with a one-line text reason.
+Requests are logged by route and status only: bodies may carry secrets.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import os
+import socket
+import socketserver
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from decice.interlink.errors import BadRequest, PluginError, UsageError
+from decice.interlink.plugin import Plugin
+
+log = logging.getLogger("decice.interlink")
+
+MAX_BODY = 64 * 2**20
+
+
+@dataclass(frozen=True)
+class Listen:
+    kind: str  # "tcp" | "unix"
+    host: str = ""
+    port: int = 0
+    path: str = ""
+
+    def __str__(self) -> str:
+        return f"unix:{self.path}" if self.kind == "unix" else f"tcp:{self.host}:{self.port}"
+
+
+def parse_listen(text: str) -> Listen:
+    kind, _, rest = text.partition(":")
+    if kind == "unix" and rest.startswith("/"):
+        return Listen("unix", path=rest)
+    if kind == "tcp":
+        host, _, port = rest.rpartition(":")
+        if host and port.isdigit() and 0 < int(port) < 65536:
+            return Listen("tcp", host=host.strip("[]"), port=int(port))
+    raise UsageError(
+        f"--listen {text!r}: use tcp:HOST:PORT (e.g. tcp:0.0.0.0:4000) or unix:/absolute/path"
+    )
+
+
+def read_token(path: Path) -> str:
+    """The bearer token: a regular file of this user, no group/other bits, not empty."""
+    try:
+        info = path.lstat()
+    except OSError as exc:
+        raise UsageError(f"--token-file {path}: cannot read it ({exc.strerror})") from exc
+    if not stat.S_ISREG(info.st_mode):
+        raise UsageError(f"--token-file {path}: not a regular file")
+    if info.st_uid != os.geteuid():
+        raise UsageError(f"--token-file {path}: owned by uid {info.st_uid}, not this user")
+    if info.st_mode & 0o077:
+        raise UsageError(
+            f"--token-file {path}: mode {stat.S_IMODE(info.st_mode):04o} lets others read it; "
+            f"chmod 600 {path}"
+        )
+    token = path.read_text().strip()
+    if not token:
+        raise UsageError(f"--token-file {path}: empty")
+    return token
+
+
+def _routes(plugin: Plugin) -> dict[tuple[str, str], Callable[[Any], Any]]:
+    return {
+        ("POST", "/create"): plugin.create,
+        ("POST", "/delete"): plugin.delete,
+        ("DELETE", "/delete"): plugin.delete,
+        ("GET", "/status"): plugin.status,
+        ("POST", "/status"): plugin.status,
+        ("GET", "/getLogs"): plugin.logs,
+        ("POST", "/getLogs"): plugin.logs,
+        ("GET", "/ping"): lambda _body: plugin.ping(),
+    }
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "decice-interlink-slurm"
+    protocol_version = "HTTP/1.1"
+    plugin: Plugin
+    token: str | None
+
+    def address_string(self) -> str:  # unix sockets have no peer address
+        return self.client_address[0] if isinstance(self.client_address, tuple) else "unix"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def _body(self) -> Any:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            raw = self._chunked()
+        else:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY:
+                raise BadRequest(f"request body over {MAX_BODY} bytes")
+            raw = self.rfile.read(length) if length else b""
+        if not raw.strip():
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise BadRequest(f"request body is not JSON: {exc}") from exc
+
+    def _chunked(self) -> bytes:
+        out = bytearray()
+        while True:
+            size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass
+                return bytes(out)
+            out += self.rfile.read(size)
+            self.rfile.readline()
+            if len(out) > MAX_BODY:
+                raise BadRequest(f"request body over {MAX_BODY} bytes")
+
+    def _send(self, code: int, payload: Any) -> None:
+        if isinstance(payload, str):
+            data, ctype = payload.encode(), "text/plain; charset=utf-8"
+        else:
+            data, ctype = json.dumps(payload).encode(), "application/json"
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _authorized(self) -> bool:
+        if self.token is None:
+            return True
+        given = self.headers.get("Authorization", "")
+        expected = f"Bearer {self.token}"
+        return hmac.compare_digest(given.encode(), expected.encode())
+
+    def _handle(self, method: str) -> None:
+        path = self.path.split("?", 1)[0]
+        code = 200
+        try:
+            if not self._authorized():
+                code = 401
+                self._send(code, "missing or wrong bearer token")
+                return
+            route = _routes(self.plugin).get((method, path))
+            if route is None:
+                code = 404
+                self._send(code, f"no route {method} {path}")
+                return
+            result = route(self._body())
+            self._send(code, result)
+        except PluginError as exc:
+            code = exc.status
+            self._send(code, str(exc))
+        except Exception:
+            code = 500
+            log.exception("%s %s failed", method, path)
+            self._send(code, "internal error; see the plugin's log")
+        finally:
+            level = logging.INFO if code < 400 or code == 401 else logging.WARNING
+            if path not in ("/status", "/ping") or code >= 400:
+                log.log(level, "%s %s -> %d", method, path, code)
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+
+class UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+    def server_bind(self) -> None:
+        path = str(self.server_address)
+        old = os.umask(0o177)
+        try:
+            super().server_bind()
+        finally:
+            os.umask(old)
+        Path(path).chmod(0o600)
+
+
+def _clear_stale_socket(path: Path) -> None:
+    if not path.exists() and not path.is_symlink():
+        return
+    if not stat.S_ISSOCK(path.lstat().st_mode):
+        raise UsageError(f"--listen unix:{path}: a file that is not a socket is in the way")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        path.unlink()  # nobody listens: left by a plugin that was killed
+        return
+    finally:
+        probe.close()
+    raise UsageError(f"--listen unix:{path}: another process serves this socket")
+
+
+def make_server(plugin: Plugin, listen: Listen, token: str | None) -> socketserver.BaseServer:
+    handler = type("BoundHandler", (Handler,), {"plugin": plugin, "token": token})
+    if listen.kind == "unix":
+        path = Path(listen.path)
+        _clear_stale_socket(path)
+        return UnixHTTPServer(str(path), handler)
+    if token is None:
+        raise UsageError("--listen tcp:... needs --token-file (a 0600 file with the token)")
+    server = ThreadingHTTPServer((listen.host, listen.port), handler)
+    server.daemon_threads = True
+    return server

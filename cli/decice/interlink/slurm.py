@@ -1,0 +1,189 @@
+"""The SLURM commands the plugin runs (sbatch, squeue, scancel, scontrol, sacct), parsed.
+
+All run as the plugin's user from its PATH, with SLURM's own environment (SLURM_CONF).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from decice.interlink.errors import SlurmError
+
+log = logging.getLogger("decice.interlink")
+
+TIMEOUT = 30.0
+ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
+UNUSABLE_NODE = {
+    "DOWN",
+    "DRAIN",
+    "DRAINED",
+    "DRAINING",
+    "FAIL",
+    "FAILING",
+    "FUTURE",
+    "NOT_RESPONDING",
+}
+
+
+def _run(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+    try:
+        proc = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=TIMEOUT, check=False
+        )
+    except FileNotFoundError as exc:
+        raise SlurmError(f"{argv[0]} not found on PATH: the plugin needs SLURM's commands") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise SlurmError(f"{argv[0]} did not answer within {TIMEOUT:.0f} s") from exc
+    if check and proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip()[-500:]
+        raise SlurmError(f"{argv[0]} failed ({proc.returncode}): {detail}")
+    return proc
+
+
+def sbatch(script: Path) -> str:
+    """Submit ``script``; its job id."""
+    out = _run(["sbatch", "--parsable", str(script)]).stdout.strip()
+    jid = out.split(";")[0].strip()
+    if not jid.isdigit():
+        raise SlurmError(f"sbatch answered {out!r}, not a job id")
+    return jid
+
+
+def scancel(jids: Iterable[str]) -> None:
+    """Cancel jobs; ones that already ended are no error."""
+    ids = [j for j in jids if j]
+    if ids:
+        _run(["scancel", "--quiet", *ids], check=False)
+
+
+@dataclass(frozen=True)
+class Job:
+    jid: str
+    state: str  # squeue's %T: PENDING, RUNNING, COMPLETED, CANCELLED, TIMEOUT, ...
+    reason: str
+    name: str
+    workdir: str
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE
+
+
+def queue() -> dict[str, Job]:
+    """The user's jobs squeue still knows (active ones and recently ended ones)."""
+    out = _run(["squeue", "--me", "-h", "-t", "all", "-o", "%i|%T|%r|%j|%Z"]).stdout
+    return parse_queue(out)
+
+
+def parse_queue(text: str) -> dict[str, Job]:
+    jobs = {}
+    for line in text.splitlines():
+        parts = line.split("|", 4)
+        if len(parts) == 5 and parts[0].strip():
+            jid = parts[0].strip()
+            jobs[jid] = Job(jid, parts[1].strip(), parts[2].strip(), parts[3], parts[4])
+    return jobs
+
+
+def sacct(jid: str) -> tuple[str, int] | None:
+    """(state, exit code) from accounting (("", 0): no record), None where sacct fails."""
+    proc = _run(["sacct", "-n", "-P", "-X", "-j", jid, "-o", "State,ExitCode"], check=False)
+    if proc.returncode != 0:
+        return None
+    for line in proc.stdout.splitlines():
+        state, _, code = line.partition("|")
+        if state and code:
+            try:
+                return state.split()[0], int(code.split(":")[0])
+            except ValueError:
+                return "", 0
+    return "", 0  # sacct works but has no record of the job
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    cpus: int
+    cpus_alloc: int
+    memory_mb: int
+    memory_alloc_mb: int
+    gpus: int
+    gpus_alloc: int
+    state: str
+    partitions: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def usable(self) -> bool:
+        return not set(re.split(r"[+*~#!%$@^-]", self.state.upper())) & UNUSABLE_NODE
+
+
+def _kv(line: str) -> dict[str, str]:
+    out = {}
+    for token in line.split():
+        key, sep, value = token.partition("=")
+        if sep:
+            out[key] = value
+    return out
+
+
+def _int(text: str | None) -> int:
+    try:
+        return int(text or 0)
+    except ValueError:
+        return 0
+
+
+def gpu_count(gres: str) -> int:
+    """GPUs in a Gres / GresUsed string ("gpu:2", "gpu:a100:4(S:0-1)", "gpu:0,mps:100")."""
+    total = 0
+    for item in gres.split(","):
+        parts = item.split("(")[0].split(":")
+        if parts[0] == "gpu" and len(parts) >= 2:
+            total += _int(parts[-1])
+    return total
+
+
+def parse_nodes(text: str) -> list[Node]:
+    nodes = []
+    for line in text.splitlines():
+        kv = _kv(line)
+        if "NodeName" not in kv:
+            continue
+        nodes.append(
+            Node(
+                name=kv["NodeName"],
+                cpus=_int(kv.get("CPUTot")),
+                cpus_alloc=_int(kv.get("CPUAlloc")),
+                memory_mb=_int(kv.get("RealMemory")),
+                memory_alloc_mb=_int(kv.get("AllocMem")),
+                gpus=gpu_count(kv.get("Gres", "")),
+                gpus_alloc=gpu_count(kv.get("GresUsed", "")),
+                state=kv.get("State", ""),
+                partitions=tuple(p for p in kv.get("Partitions", "").split(",") if p),
+            )
+        )
+    return nodes
+
+
+def nodes() -> list[Node]:
+    return parse_nodes(_run(["scontrol", "-o", "show", "nodes"]).stdout)
+
+
+def parse_default_partition(text: str) -> str:
+    names = []
+    for line in text.splitlines():
+        kv = _kv(line)
+        if "PartitionName" in kv:
+            if kv.get("Default") == "YES":
+                return kv["PartitionName"]
+            names.append(kv["PartitionName"])
+    return names[0] if len(names) == 1 else ""
+
+
+def default_partition() -> str:
+    return parse_default_partition(_run(["scontrol", "-o", "show", "partition"]).stdout)
