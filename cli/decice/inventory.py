@@ -319,8 +319,32 @@ def build(loaded: LoadedSpec, allocation: Allocation | None) -> dict[str, Any]:
             hv["ansible_ssh_common_args"] = Unsafe(_with_trust(common, trust, configured))
         for group in GROUPS:
             children[group] = {"hosts": dict.fromkeys(groups[group])}
+    _add_login_hosts(loaded, hostvars, children)
     children["k8s_cluster"] = {"children": {"kube_control_plane": {}, "kube_node": {}}}
     return {"all": {"hosts": hostvars, "children": children}}
+
+
+INTERLINK_GROUP = "decice_interlink"
+
+
+def _add_login_hosts(
+    loaded: LoadedSpec, hostvars: dict[str, dict[str, Any]], children: dict[str, Any]
+) -> None:
+    """The login hosts of ``addons.interlink.endpoints`` that no allocation gave (on sim:
+    all of them) as hosts of their own group, reached with ``allocation``'s ssh options.
+
+    The interlink role reaches them by delegation as the endpoint's user, never as root;
+    they are in no group that preflight, baseline or prepare act on (those need root).
+    """
+    interlink = loaded.spec.addons.interlink
+    names = [] if not interlink.enabled else [e.login_host for e in interlink.endpoints]
+    extra = [name for name in dict.fromkeys(names) if name not in hostvars]
+    children[INTERLINK_GROUP] = {"hosts": dict.fromkeys(extra)}
+    if not extra:
+        return
+    args = _with_trust(_ssh_args(loaded), trust_options(loaded), _configured_options(loaded))
+    for name in extra:
+        hostvars[name] = {"ansible_ssh_common_args": Unsafe(args)}
 
 
 def write(inventory: dict[str, Any], path: Path) -> str:

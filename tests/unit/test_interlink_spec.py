@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,7 +47,8 @@ def test_every_field_given_reaches_the_plays() -> None:
         HEAD
         + GOOD
         + (
-            "        user: alice\n        port: 4100\n        account: proj1\n        runtime: bare\n"
+            "        user: alice\n        port: 4100\n"
+            "        account: proj1\n        runtime: bare\n"
         )
     )
     parsed, _ = spec.parse(text, "s.yaml")
@@ -150,3 +152,47 @@ def test_bad_endpoint_through_the_cli_exits_2_and_touches_nothing(tmp_path: Path
     assert f"{path}:8:" in result.stderr
     assert "not an absolute path" in result.stderr
     assert not (tmp_path / ".decice").exists()
+
+
+def _inventory(tmp_path: Path, text: str) -> dict[str, Any]:
+    from decice import inventory
+
+    (tmp_path / "decice.yaml").write_text(text)
+    loaded = spec.load(None, cwd=tmp_path)
+    return inventory.build(loaded, inventory.allocate(loaded))
+
+
+def test_sim_inventory_reaches_the_login_hosts_with_the_ssh_config(tmp_path: Path) -> None:
+    import shlex
+
+    (tmp_path / "ssh_config").write_text("Host login1\n  HostName 192.0.2.5\n")
+    second = GOOD.replace("hpc-0", "hpc-1").replace("/shared/il", "/shared/il1")
+    text = HEAD + GOOD + second + "allocation: {ssh_config: ssh_config}\n"
+    inv = _inventory(tmp_path, text)
+    hosts = inv["all"]["hosts"]
+    children = inv["all"]["children"]
+    assert list(children["decice_interlink"]["hosts"]) == ["login1"]
+    args = shlex.split(hosts["login1"]["ansible_ssh_common_args"])
+    assert args[:2] == ["-F", str(tmp_path / "ssh_config")]
+    assert "StrictHostKeyChecking=yes" in args and "BatchMode=yes" in args
+    assert not any(children[g]["hosts"] for g in ("decice_hpc", "kube_node", "decice_edge"))
+
+
+def test_disabled_interlink_adds_no_login_host(tmp_path: Path) -> None:
+    text = HEAD.replace("  interlink:\n", "  interlink:\n    enabled: false\n") + GOOD
+    inv = _inventory(tmp_path, text)
+    assert list(inv["all"]["hosts"]) == ["localhost"]
+
+
+def test_a_login_host_of_the_allocation_keeps_its_groups(tmp_path: Path) -> None:
+    text = (
+        "name: x\ntarget: static\nhosts:\n"
+        "  - {name: a, address: 10.1.0.1, roles: [control_plane, etcd]}\n"
+        "  - {name: login1, address: 10.1.0.9, roles: [hpc]}\n"
+        "addons:\n  interlink:\n    endpoints:\n" + GOOD
+    )
+    inv = _inventory(tmp_path, text)
+    children = inv["all"]["children"]
+    assert list(children["decice_hpc"]["hosts"]) == ["login1"]
+    assert not children["decice_interlink"]["hosts"]
+    assert inv["all"]["hosts"]["login1"]["ansible_host"] == "10.1.0.9"
