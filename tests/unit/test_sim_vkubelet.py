@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -291,7 +292,8 @@ def test_error_reason() -> None:
         "Unrunnable",
         "no limits",
     )
-    assert vkmodel.error_reason(422, '{"error": "too big"}') == ("ProviderFailed", "too big")
+    assert vkmodel.error_reason(422, '{"error": "too big"}') == ("Unrunnable", "too big")
+    assert vkmodel.error_reason(502, "sbatch: error: x") == ("ProviderFailed", "sbatch: error: x")
     assert vkmodel.error_reason(400, "plain words\n") == ("ProviderFailed", "plain words")
     assert vkmodel.error_reason(500, "") == (
         "ProviderFailed",
@@ -558,6 +560,7 @@ def test_refused_create_fails_the_pod(tmp_path: Path) -> None:
     patch = h.patches()[-1]["status"]
     assert patch["phase"] == "Failed"
     assert patch["message"] == "pod has no cpu/memory limits or requests"
+    assert patch["reason"] == "Unrunnable"
     assert h.vk.pods["u1"].state == "terminal"
     assert h.plugin.created == []
 
@@ -711,3 +714,36 @@ def test_secret_values_never_logged(tmp_path: Path, caplog: pytest.LogCaptureFix
     h.round()
     assert h.plugin.created == ["u1"]
     assert "hunter2" not in caplog.text and b64("hunter2") not in caplog.text
+
+
+@pytest.mark.unit
+def test_transient_refusal_is_retried(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.plugin.refuse = (401, "missing or wrong bearer token")
+    h.vk.on_pod("ADDED", pod())
+    h.round()
+    assert h.vk.pods["u1"].state == "create" and h.patches() == []
+    assert h.node.error == "/create: HTTP 401 missing or wrong bearer token"
+    h.plugin.refuse = None
+    h.round()
+    assert h.plugin.created == ["u1"] and h.node.error == ""
+
+
+@pytest.mark.unit
+def test_delete_retried_then_forced_after_the_grace(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.vk.delete_grace = 0.2
+    h.vk.on_pod("ADDED", pod())
+    h.round()
+
+    async def down(pod: Mapping[str, Any]) -> None:
+        raise PluginError("connection refused")
+
+    h.plugin.delete = down  # type: ignore[method-assign]
+    h.vk.on_pod("MODIFIED", pod(deleting=True))
+    h.round()
+    assert h.vk.pods["u1"].state == "deleting"
+    assert not [w for w in h.writes if w[0] == "_force_delete"]
+    time.sleep(0.25)
+    h.round()
+    assert ("_force_delete", ("ns", "p-u1", "u1")) in h.writes

@@ -426,8 +426,9 @@ def parse_statuses(body: Any) -> dict[str, dict[str, Any]]:
 
 def error_reason(status: int, text: str) -> tuple[str, str]:
     """(reason, message) for a failed ``/create`` from the plugin's answer: a JSON object
-    with ``reason``/``message`` (or ``error``/``detail``) or plain text."""
-    reason, message = "ProviderFailed", text.strip()
+    with ``reason``/``message`` (or ``error``/``detail``) or plain text. The reason is
+    ``Unrunnable`` for 422 (a pod the plugin cannot run), else ``ProviderFailed``."""
+    reason, message = ("Unrunnable" if status == 422 else "ProviderFailed"), text.strip()
     try:
         data = json.loads(text)
     except ValueError:

@@ -78,16 +78,26 @@ Enqueue = Callable[..., None]
 VkState = Literal["check", "create", "tracked", "terminal", "deleting", "done"]
 
 
+# answers that may go away by themselves (token fixed, service back): asked again
+TRANSIENT = frozenset({401, 404, 408, 429, 503, 504})
+# /delete answers that mean "nothing (more) to delete"
+DELETE_DONE = frozenset({400, 404, 422})
+
+
 class PluginError(Exception):
-    """The plugin could not be asked (transport, token) or answered 5xx: retry later."""
+    """The plugin could not be asked (transport error, token file): retry later."""
 
 
 class PluginRefused(Exception):
-    """The plugin answered 4xx: the request will not succeed as it is."""
+    """The plugin answered an HTTP error (``status``; ``text``: its one-line reason)."""
 
     def __init__(self, status: int, text: str) -> None:
-        super().__init__(f"HTTP {status}")
+        super().__init__(f"HTTP {status} {' '.join(text.split())[:300]}".rstrip())
         self.status, self.text = status, text
+
+    @property
+    def transient(self) -> bool:
+        return self.status in TRANSIENT
 
 
 # ================================================================== plugin client
@@ -128,7 +138,7 @@ class PluginClient:
     async def call(
         self, method: str, path: str, body: Any, timeout: float = REQUEST_TIMEOUT
     ) -> httpx.Response:
-        """One request; PluginError on transport errors and 5xx, PluginRefused on 4xx."""
+        """One request; PluginError on transport errors, PluginRefused on HTTP errors."""
         content = vkmodel.json_bytes(body)
         try:
             resp = await self._http.request(
@@ -136,11 +146,6 @@ class PluginClient:
             )
         except httpx.HTTPError as exc:
             raise PluginError(f"{method} {self.endpoint.url}{path}: {exc!r}") from exc
-        if resp.status_code >= 500:
-            raise PluginError(
-                f"{method} {self.endpoint.url}{path}: HTTP {resp.status_code} "
-                f"{resp.text.strip()[:300]}"
-            )
         if resp.status_code >= 400:
             raise PluginRefused(resp.status_code, resp.text)
         return resp
@@ -616,6 +621,9 @@ class VirtualKubelets:
         try:
             jid = await node.client.create(data, bp.uid)
         except PluginRefused as exc:
+            if exc.transient:
+                self._report(node, f"/create: {exc}")
+                return
             self.stats.create_refused += 1
             reason, message = vkmodel.error_reason(exc.status, exc.text)
             log.info(
@@ -646,20 +654,23 @@ class VirtualKubelets:
     async def _delete(self, node: BackedNode, bp: BackedPod) -> None:
         try:
             await node.client.delete(bp.pod)
-        except PluginRefused as exc:
-            log.debug("%s/%s: /delete answered HTTP %d", bp.namespace, bp.name, exc.status)
-        except PluginError as exc:
-            self._report(node, f"/delete: {exc}")
-            if time.monotonic() - bp.delete_since < self.delete_grace:
-                return
-            log.warning(
-                "%s/%s: the plugin could not be told to delete it for %.0f s; its job %s "
-                "may still run",
-                bp.namespace,
-                bp.name,
-                self.delete_grace,
-                bp.jid or "(unknown)",
-            )
+        except (PluginError, PluginRefused) as exc:
+            if isinstance(exc, PluginRefused) and exc.status in DELETE_DONE:
+                log.info("%s/%s: /delete answered %s", bp.namespace, bp.name, exc)
+            else:
+                self._report(node, f"/delete: {exc}")
+                if time.monotonic() - bp.delete_since < self.delete_grace:
+                    return
+                log.warning(
+                    "%s/%s: the plugin could not be told to delete it for %.0f s; its job %s "
+                    "may still run",
+                    bp.namespace,
+                    bp.name,
+                    self.delete_grace,
+                    bp.jid or "(unknown)",
+                )
+        else:
+            self._report(node, None)
         self.stats.deletes += 1
         log.info("%s/%s: deleted through the plugin (job %s)", bp.namespace, bp.name, bp.jid or "-")
         self._finish_delete(bp)
