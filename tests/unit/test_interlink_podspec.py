@@ -1,0 +1,222 @@
+"""What decice-interlink-slurm reads from a pod: size, annotations, env, volumes."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+
+from decice.interlink import quantity
+from decice.interlink.api import parse_create
+from decice.interlink.errors import Unrunnable
+from decice.interlink.podspec import Size, parse_flags, parse_pod
+
+pytestmark = pytest.mark.unit
+
+UID = "0f6a3c1e-6f5b-4a51-9a53-2d1b9d2f0c11"
+
+
+def request(spec: dict, annotations: dict | None = None, containers: list | None = None) -> Any:
+    meta = {"name": "p", "namespace": "ns", "uid": UID, "annotations": annotations or {}}
+    return parse_create({"pod": {"metadata": meta, "spec": spec}, "container": containers})
+
+
+def c(name: str = "main", resources: dict | None = None, **extra: Any) -> dict:
+    res = {"requests": {"cpu": "1", "memory": "1Gi"}} if resources is None else resources
+    return {"name": name, "image": "img", "command": ["run"], "resources": res, **extra}
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("500m", 0.5), ("2", 2), ("1Gi", 2**30), ("128M", 128 * 10**6), ("1e3", 1000), ("1.5", 1.5)],
+)
+def test_quantities(text, value):
+    assert quantity.parse(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "1x", "-1", "abc", None, True])
+def test_bad_quantities(text):
+    with pytest.raises(ValueError):
+        quantity.parse(text)
+
+
+def test_size_sums_containers_limits_win_init_is_a_floor():
+    spec = {
+        "containers": [
+            c("a", {"requests": {"cpu": "250m", "memory": "100Mi"}, "limits": {"cpu": "1500m"}}),
+            c("b", {"requests": {"cpu": "1", "memory": "200Mi", "nvidia.com/gpu": "1"}}),
+        ],
+        "initContainers": [c("i", {"requests": {"cpu": "4", "memory": "10Mi"}})],
+    }
+    assert parse_pod(request(spec)).size == Size(cpus=4, memory_mb=300, gpus=1)
+
+
+def test_size_rounds_up():
+    spec = {"containers": [c(resources={"requests": {"cpu": "100m", "memory": "1000k"}})]}
+    assert parse_pod(request(spec)).size == Size(cpus=1, memory_mb=1, gpus=0)
+
+
+@pytest.mark.parametrize(
+    ("resources", "message"),
+    [
+        ({}, "no cpu and no memory"),
+        ({"limits": {"memory": "1Gi"}}, "no cpu in"),
+        ({"requests": {"cpu": "1", "memory": "lots"}}, "resources.requests.memory"),
+    ],
+)
+def test_pods_without_sizes_are_refused(resources, message):
+    with pytest.raises(Unrunnable, match=message):
+        parse_pod(request({"containers": [c(resources=resources)]}))
+
+
+def test_annotations():
+    ann = {
+        "slurm-job.vk.io/time": "1-02:00:00",
+        "slurm-job.vk.io/partition": "gpu",
+        "slurm-job.vk.io/account": "proj42",
+        "slurm-job.vk.io/flags": "--qos=high --constraint haswell -N 1",
+    }
+    spec = parse_pod(request({"containers": [c()]}, ann))
+    assert (spec.time, spec.partition, spec.account) == ("1-02:00:00", "gpu", "proj42")
+    assert spec.flags == ["--qos=high", "--constraint haswell", "-N 1"]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("slurm-job.vk.io/time", "tomorrow", "slurm-job.vk.io/time"),
+        ("slurm-job.vk.io/partition", "a b", "slurm-job.vk.io/partition"),
+        ("slurm-job.vk.io/account", "x;rm", "slurm-job.vk.io/account"),
+        ("slurm-job.vk.io/flags", "--job-name=x", "--job-name is set by the plugin"),
+        ("slurm-job.vk.io/flags", "-o /tmp/x", "-o is set by the plugin"),
+        ("slurm-job.vk.io/flags", "qos", "not an sbatch option"),
+        ("slurm-job.vk.io/flags", "--comment='a b'", "blank, quote"),
+        ("slurm-job.vk.io/flags", "--x\nrm -rf /", "not valid"),
+    ],
+)
+def test_bad_annotations_are_refused(key, value, message):
+    with pytest.raises(Unrunnable, match=message):
+        parse_pod(request({"containers": [c()]}, {key: value}))
+
+
+def test_flags_pair_values_with_their_option():
+    assert parse_flags("-p debug --mail-type END --exclusive", "x") == [
+        "-p debug",
+        "--mail-type END",
+        "--exclusive",
+    ]
+
+
+def test_env_values_refs_and_fields():
+    secret = {"metadata": {"name": "s"}, "data": {"pw": base64.b64encode(b"hunter2").decode()}}
+    cm = {"metadata": {"name": "cm"}, "data": {"mode": "fast", "lvl": "3"}}
+    env = [
+        {"name": "PLAIN", "value": "a b"},
+        {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "s", "key": "pw"}}},
+        {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "mode"}}},
+        {
+            "name": "OPT",
+            "valueFrom": {"configMapKeyRef": {"name": "x", "key": "y", "optional": True}},
+        },
+        {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    ]
+    main = c(env=env, envFrom=[{"configMapRef": {"name": "cm"}, "prefix": "CM_"}])
+    spec = parse_pod(
+        request(
+            {"containers": [main]},
+            containers=[{"name": "main", "configMaps": [cm], "secrets": [secret]}],
+        )
+    )
+    assert dict(spec.containers[0].env) == {
+        "CM_mode": "fast",
+        "CM_lvl": "3",
+        "PLAIN": "a b",
+        "PW": "hunter2",
+        "MODE": "fast",
+        "POD": "p",
+        "NS": "ns",
+    }
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ([{"name": "A.B", "value": "1"}], "not a shell identifier"),
+        (
+            [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "nope", "key": "k"}}}],
+            "env\\[0\\]",
+        ),
+        (
+            [{"name": "X", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}],
+            "valueFrom",
+        ),
+    ],
+)
+def test_bad_env_is_refused_by_name_not_value(env, message):
+    with pytest.raises(Unrunnable, match=message):
+        parse_pod(request({"containers": [c(env=env)]}))
+
+
+def test_volumes_from_delivered_configmaps_secrets_projected_and_emptydirs():
+    spec = {
+        "containers": [
+            c(
+                volumeMounts=[
+                    {"name": "conf", "mountPath": "/etc/app"},
+                    {"name": "creds", "mountPath": "/creds", "readOnly": True},
+                    {"name": "scratch", "mountPath": "/scratch"},
+                    {"name": "kube-api-access", "mountPath": "/var/run/secrets/x"},
+                ]
+            )
+        ],
+        "volumes": [
+            {
+                "name": "conf",
+                "configMap": {"name": "cm", "items": [{"key": "a", "path": "d/a.ini"}]},
+            },
+            {"name": "creds", "secret": {"secretName": "s"}},
+            {"name": "scratch", "emptyDir": {}},
+            {"name": "kube-api-access", "projected": {"sources": []}},
+        ],
+    }
+    delivered = [
+        {
+            "name": "main",
+            "configMaps": [{"metadata": {"name": "cm"}, "data": {"a": "x=1", "b": "unused"}}],
+            "secrets": [
+                {"metadata": {"name": "s"}, "data": {"key": base64.b64encode(b"k").decode()}}
+            ],
+            "projectedvolumemaps": [
+                {"metadata": {"name": "kube-api-access"}, "data": {"token": "t"}}
+            ],
+        }
+    ]
+    parsed = parse_pod(request(spec, containers=delivered))
+    vols = parsed.volumes
+    assert vols["conf"].files == {"d/a.ini": b"x=1"} and not vols["conf"].secret
+    assert vols["creds"].files == {"key": b"k"} and vols["creds"].secret
+    assert vols["scratch"].files == {}
+    assert vols["kube-api-access"].files == {"token": b"t"}
+    mounts = {m.volume: (m.path, m.read_only) for m in parsed.containers[0].mounts}
+    assert mounts["creds"] == ("/creds", True)
+
+
+@pytest.mark.parametrize(
+    ("volume", "delivered", "message"),
+    [
+        ({"name": "v", "hostPath": {"path": "/"}}, [], "hostPath volumes are not supported"),
+        ({"name": "v", "configMap": {"name": "cm"}}, [], "configMap cm was not delivered"),
+        ({"name": "v", "secret": {"secretName": "s"}}, [], "secret s was not delivered"),
+        (
+            {"name": "v", "configMap": {"name": "cm", "items": [{"key": "a", "path": "../x"}]}},
+            [{"name": "main", "configMaps": [{"metadata": {"name": "cm"}, "data": {"a": "1"}}]}],
+            "not a relative path",
+        ),
+    ],
+)
+def test_bad_volumes_are_refused(volume, delivered, message):
+    spec = {"containers": [c(volumeMounts=[{"name": "v", "mountPath": "/v"}])], "volumes": [volume]}
+    with pytest.raises(Unrunnable, match=message):
+        parse_pod(request(spec, containers=delivered))
