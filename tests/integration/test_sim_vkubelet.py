@@ -10,8 +10,11 @@ with a bearer token; jobs are timers). ``test_real_plugin_on_the_slurm_lab``: th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
+import shutil
 import subprocess
 import threading
 import time
@@ -21,12 +24,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from decice import lab
 from decice.sim.controlplane import ControlPlaneInfo
-from tests.integration.simsupport import create_namespace, start_agent, stop_process
+from tests.integration.simsupport import ROOT, create_namespace, start_agent, stop_process
 from tests.support import wait_for
 
 NODE = "vkhpc-0"
@@ -251,11 +256,14 @@ def make_pod(
     )
 
 
-def wait_phase(e: Env, name: str, wanted: str, timeout: float = 30.0) -> Any:
+def wait_phase(
+    core: client.CoreV1Api, ns: str, name: str, wanted: str, timeout: float = 30.0
+) -> Any:
+    """The pod once in phase ``wanted`` and the phases seen on the way."""
     seen: list[str] = []
 
     def check() -> Any:
-        pod = e.core.read_namespaced_pod(name, e.ns)
+        pod = core.read_namespaced_pod(name, ns)
         if not seen or seen[-1] != pod.status.phase:
             seen.append(pod.status.phase)
         return pod if pod.status.phase == wanted else None
@@ -290,7 +298,7 @@ def test_fake_plugin_node_endpoint_and_capacity(env: Env) -> None:
 @pytest.mark.addons
 def test_fake_plugin_pod_runs_succeeds_and_logs(env: Env) -> None:
     env.core.create_namespaced_pod(env.ns, make_pod("ok", seconds="3"))
-    pod, seen = wait_phase(env, "ok", "Succeeded")
+    pod, seen = wait_phase(env.core, env.ns, "ok", "Succeeded")
     assert "Running" in seen
     cs = pod.status.container_statuses[0]
     assert cs.state.terminated.exit_code == 0 and cs.state.terminated.reason == "Completed"
@@ -306,7 +314,7 @@ def test_fake_plugin_pod_runs_succeeds_and_logs(env: Env) -> None:
 @pytest.mark.addons
 def test_fake_plugin_nonzero_exit_fails_the_pod(env: Env) -> None:
     env.core.create_namespaced_pod(env.ns, make_pod("bad", seconds="0", exit_code="3"))
-    pod, _ = wait_phase(env, "bad", "Failed")
+    pod, _ = wait_phase(env.core, env.ns, "bad", "Failed")
     terminated = pod.status.container_statuses[0].state.terminated
     assert (terminated.exit_code, terminated.reason) == (3, "Error")
 
@@ -315,7 +323,7 @@ def test_fake_plugin_nonzero_exit_fails_the_pod(env: Env) -> None:
 @pytest.mark.addons
 def test_fake_plugin_refused_pod_fails_with_its_reason(env: Env) -> None:
     env.core.create_namespaced_pod(env.ns, make_pod("nolimits", limits=False))
-    pod, _ = wait_phase(env, "nolimits", "Failed")
+    pod, _ = wait_phase(env.core, env.ns, "nolimits", "Failed")
     assert pod.status.reason == "Unrunnable"
     assert pod.status.message == f"pod {env.ns}/nolimits: no cpu/memory limits"
     assert pod.metadata.uid not in env.plugin.creates
@@ -325,7 +333,7 @@ def test_fake_plugin_refused_pod_fails_with_its_reason(env: Env) -> None:
 @pytest.mark.addons
 def test_fake_plugin_delete_goes_through_the_plugin(env: Env) -> None:
     env.core.create_namespaced_pod(env.ns, make_pod("long", seconds="600"))
-    pod, _ = wait_phase(env, "long", "Running")
+    pod, _ = wait_phase(env.core, env.ns, "long", "Running")
     env.core.delete_namespaced_pod("long", env.ns)
 
     def gone() -> bool:
@@ -344,10 +352,10 @@ def test_fake_plugin_delete_goes_through_the_plugin(env: Env) -> None:
 @pytest.mark.addons
 def test_fake_plugin_agent_restart_does_not_submit_again(env: Env) -> None:
     env.core.create_namespaced_pod(env.ns, make_pod("survivor", seconds="6"))
-    pod, _ = wait_phase(env, "survivor", "Running")
+    pod, _ = wait_phase(env.core, env.ns, "survivor", "Running")
     env.stop_agent()
     env.start_agent()
-    pod, _ = wait_phase(env, "survivor", "Succeeded")
+    pod, _ = wait_phase(env.core, env.ns, "survivor", "Succeeded")
     assert env.plugin.creates.count(pod.metadata.uid) == 1
     assert env.plugin.auth_failures == 0
 
@@ -364,7 +372,184 @@ def test_fake_plugin_endpoint_file_removed_restores_the_node(env: Env) -> None:
             timeout=20,
         )
         env.core.create_namespaced_pod(env.ns, make_pod("simulated"))
-        pod, _ = wait_phase(env, "simulated", "Running")
+        pod, _ = wait_phase(env.core, env.ns, "simulated", "Running")
         assert pod.metadata.uid not in env.plugin.creates
     finally:
         env.endpoint_file.write_text(saved)
+
+
+# ---------------------------------------------------------------- the real plugin on the lab
+
+LOGIN = "node1"
+SLURM_NODE = "vkslurm-0"  # not NODE: the module's stand-in agent may still run
+SLURM_GROUPS = [{**GROUPS[0], "name_prefix": "vkslurm"}]
+
+
+@dataclass
+class RealPlugin:
+    info: lab.LabInfo
+    host_dir: Path  # on this machine
+    node_dir: str  # the same directory on the lab nodes
+    url: str
+    token_file: Path
+
+    def ssh(self, command: str, *, stdin: str | None = None, check: bool = True) -> str:
+        proc = subprocess.run(
+            ["ssh", "-F", self.info.ssh_config, "-o", "BatchMode=yes", f"decice@{LOGIN}", command],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert not check or proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout.strip()
+
+    def log(self) -> str:
+        return (self.host_dir / "plugin.log").read_text(errors="replace")
+
+    def squeue(self) -> str:
+        return self.ssh("squeue --noheader --format='%i %j %T'")
+
+
+@contextlib.contextmanager
+def real_plugin(info: lab.LabInfo, workdir: Path) -> Iterator[RealPlugin]:
+    """decice-interlink-slurm (this checkout's package, on PYTHONPATH) served as the lab's
+    user on LOGIN over TCP with a bearer token; its data dir on /shared. Stopped, its
+    jobs cancelled (cancel-all) and its files removed afterwards."""
+    name = f"vkt-{os.getpid()}"
+    host_dir = Path(info.shared_dir) / name
+    node_dir = f"{info.shared_mount}/{name}"
+    package = host_dir / "pkg" / "decice"
+    shutil.copytree(ROOT / "cli" / "decice" / "interlink", package / "interlink")
+    shutil.copy(ROOT / "cli" / "decice" / "__init__.py", package / "__init__.py")
+    for path in [host_dir, *host_dir.rglob("*")]:
+        os.chown(path, 1500, 1500)
+    token = secrets.token_hex(16)
+    token_file = workdir / "real.token"
+    token_file.write_text(token + "\n")
+    token_file.chmod(0o600)
+    port = 20000 + os.getpid() % 20000
+    address = next(n.ip for n in info.nodes if n.name == LOGIN)
+    plugin = RealPlugin(info, host_dir, node_dir, f"http://{address}:{port}", token_file)
+    plugin.ssh("umask 077 && cat > ~/vkt.token", stdin=token + "\n")
+    env = f"PYTHONPATH={node_dir}/pkg"
+    plugin.ssh(
+        f"cd {node_dir} && {env} setsid nohup python3 -m decice.interlink serve "
+        f"--data-dir {node_dir}/data --listen tcp:0.0.0.0:{port} --token-file ~/vkt.token "
+        f"--runtime bare --pidfile {node_dir}/plugin.pid > {node_dir}/plugin.log 2>&1 "
+        "< /dev/null &"
+    )
+
+    def answers() -> bool:
+        try:
+            resp = httpx.request(
+                "GET",
+                plugin.url + "/status",
+                content=b"[]",
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=5,
+            )
+        except httpx.HTTPError:
+            return False
+        return resp.status_code == 200
+
+    try:
+        wait_for(f"the plugin on {LOGIN} (log: {plugin.log()[-2000:]!r})", answers, timeout=60)
+        yield plugin
+    finally:
+        plugin.ssh(f"kill $(cat {node_dir}/plugin.pid) 2>/dev/null; rm -f ~/vkt.token", check=False)
+        plugin.ssh(
+            f"{env} python3 -m decice.interlink cancel-all --data-dir {node_dir}/data",
+            check=False,
+        )
+        shutil.rmtree(host_dir, ignore_errors=True)
+
+
+def slurm_pod(name: str, script: str, *, limits: bool = True) -> client.V1Pod:
+    size = {"cpu": "1", "memory": "64Mi"}
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1PodSpec(
+            node_name=SLURM_NODE,
+            restart_policy="Never",
+            containers=[
+                client.V1Container(
+                    name="main",
+                    image="busybox",
+                    command=["sh", "-c", script],
+                    resources=client.V1ResourceRequirements(
+                        requests=size if limits else None, limits=size if limits else None
+                    ),
+                )
+            ],
+        ),
+    )
+
+
+@pytest.mark.slurm
+@pytest.mark.sim
+@pytest.mark.addons
+def test_real_plugin_on_the_slurm_lab(
+    slurm_cluster: lab.LabInfo,
+    sim_control_plane: ControlPlaneInfo,
+    tmp_path: Path,
+) -> None:
+    core = client.CoreV1Api(
+        config.new_client_from_config(config_file=str(sim_control_plane.kubeconfig))
+    )
+    ns = f"vkslurm-{os.getpid()}"
+    create_namespace(core, ns)
+    with real_plugin(slurm_cluster, tmp_path) as plugin:
+        endpoints = tmp_path / "interlink.json"
+        endpoints.write_text(
+            json.dumps(
+                {"nodes": {SLURM_NODE: {"url": plugin.url, "token_file": str(plugin.token_file)}}}
+            )
+        )
+        extra = ("--interlink-file", str(endpoints), "--kubelet-dir", str(tmp_path / "kubelet"))
+        agent, _status = start_agent(sim_control_plane, tmp_path, SLURM_GROUPS, *extra)
+        try:
+            core.create_namespaced_pod(ns, slurm_pod("ok", "echo hello from slurm; hostname"))
+            core.create_namespaced_pod(ns, slurm_pod("bad", "echo failing; exit 3"))
+            core.create_namespaced_pod(ns, slurm_pod("long", "sleep 300"))
+            core.create_namespaced_pod(ns, slurm_pod("nolimits", "true", limits=False))
+
+            pod, _ = wait_phase(core, ns, "ok", "Succeeded", timeout=90)
+            terminated = pod.status.container_statuses[0].state.terminated
+            assert terminated.exit_code == 0
+            text = core.read_namespaced_pod_log("ok", ns, container="main")
+            lines = text.splitlines()
+            assert lines[0] == "hello from slurm", plugin.log()
+            assert lines[1] in {n.name for n in slurm_cluster.nodes}
+            assert core.read_namespaced_pod_log("ok", ns, container="main", tail_lines=1) == (
+                lines[1] + "\n"
+            )
+
+            pod, _ = wait_phase(core, ns, "bad", "Failed", timeout=60)
+            assert pod.status.container_statuses[0].state.terminated.exit_code == 3
+
+            pod, _ = wait_phase(core, ns, "nolimits", "Failed", timeout=30)
+            assert pod.status.reason == "Unrunnable" and "resources" in pod.status.message
+            assert f"decice-{pod.metadata.uid}" not in plugin.squeue()
+
+            long_pod, _ = wait_phase(core, ns, "long", "Running", timeout=60)
+            job = f"decice-{long_pod.metadata.uid}"
+            assert job in plugin.squeue()
+            core.delete_namespaced_pod("long", ns)
+
+            def cancelled() -> bool:
+                try:
+                    core.read_namespaced_pod("long", ns)
+                except ApiException as exc:
+                    return exc.status == 404 and job not in plugin.squeue()
+                return False
+
+            wait_for("pod long gone and its job out of squeue", cancelled, timeout=30)
+        finally:
+            assert stop_process(agent) == 0
+            agent_log = (tmp_path / "agent.log").read_text()
+            core.delete_namespace(ns)
+            with contextlib.suppress(ApiException):
+                core.delete_node(SLURM_NODE)
+        assert plugin.token_file.read_text().strip() not in agent_log
