@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from decice.sim import simnodes, vkmodel
+from decice.sim import agent, nodes_service, procs, simnodes, vkmodel
 from decice.sim.vkmodel import Endpoint, MissingRef
 from decice.sim.vkubelet import (
     BackedNode,
@@ -23,7 +23,7 @@ from decice.sim.vkubelet import (
     PluginRefused,
     VirtualKubelets,
 )
-from decice.spec_model import SimNodeGroup
+from decice.spec_model import SimNodeGroup, SimSpec
 
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -670,9 +670,9 @@ def test_endpoint_file_changes(tmp_path: Path, caplog: pytest.LogCaptureFixture)
     attached: list[str] = []
     detached: list[tuple[str, bool]] = []
 
-    def attach(ep: Endpoint) -> None:
-        attached.append(ep.node)
-        h.vk.backed[ep.node] = BackedNode(ep, FakePlugin())  # type: ignore[arg-type]
+    def attach(endpoint: Endpoint) -> None:
+        attached.append(endpoint.node)
+        h.vk.backed[endpoint.node] = BackedNode(endpoint, FakePlugin())  # type: ignore[arg-type]
 
     def detach(name: str, *, restore: bool) -> None:
         detached.append((name, restore))
@@ -747,3 +747,45 @@ def test_delete_retried_then_forced_after_the_grace(tmp_path: Path) -> None:
     time.sleep(0.25)
     h.round()
     assert ("_force_delete", ("ns", "p-u1", "u1")) in h.writes
+
+
+@pytest.mark.unit
+def test_nodes_service_passes_the_endpoint_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plans: list[procs.Launch] = []
+    settings: list[Mapping[str, Any]] = []
+
+    class Launched:
+        def ensure(self, wanted: Mapping[str, Any], launch: Any, **_: Any) -> Any:
+            settings.append(wanted)
+            plans.append(launch())
+            return procs.Running(procs.ProcessRecord("x", 1, "/x", 1, "/x.log"), {}, {}, False)
+
+    monkeypatch.setattr(nodes_service, "_process", lambda _state: Launched())
+    procs.private_dir(nodes_service.agent_dir(tmp_path))
+    sim = SimSpec(nodes=[SimNodeGroup(name_prefix="hpc", count=1)])
+    nodes_service.ensure(tmp_path, tmp_path / "kubeconfig", sim)
+    argv = plans[0].argv
+    endpoint = str(tmp_path / "sim" / "interlink.json")
+    assert argv[argv.index("--interlink-file") + 1] == endpoint
+    assert argv[argv.index("--kubelet-dir") + 1] == str(tmp_path / "sim" / "agent" / "kubelet")
+    assert settings[0]["interlink_file"] == endpoint
+    nodes_file = nodes_service.agent_dir(tmp_path) / "nodes.json"
+    assert set(json.loads(nodes_file.read_text())) == {"nodes"}
+
+
+@pytest.mark.unit
+def test_agent_flags_reach_the_virtual_kubelets(tmp_path: Path) -> None:
+    args = agent._parse_args(
+        ["--kubeconfig", "k", "--nodes-file", "n", "--interlink-file", str(tmp_path / "f")]
+    )
+    assert args.interlink_file == tmp_path / "f" and args.kubelet_dir is None
+    group = SimNodeGroup.model_validate({"name_prefix": "hpc", "count": 1})
+    na = agent.NodeAgent(
+        None,  # type: ignore[arg-type]
+        list(simnodes.expand([group])),
+        interlink_file=tmp_path / "f",
+    )
+    assert na.vk is not None and na.vk.cert_dir == tmp_path / "vkubelet"
+    assert agent.NodeAgent(None, [], interlink_file=None).vk is None  # type: ignore[arg-type]

@@ -555,6 +555,8 @@ class NodeAgent:
 
     async def run(self, status_file: Path | None = None, status_interval: float = 2.0) -> None:
         """Serve until cancelled."""
+        if self.vk is not None:  # backed nodes known before the first LIST is applied
+            self.vk.check_file()
         tasks = [asyncio.create_task(self._worker()) for _ in range(self.workers)]
         tasks.append(asyncio.create_task(self.sync_pods()))
         if self.heartbeat:
