@@ -20,16 +20,22 @@ pytestmark = pytest.mark.unit
 def _context(state: Path, run_id: str, command: str) -> PhaseContext:
     loaded: Any = SimpleNamespace(
         state_dir=state,
-        spec=SimpleNamespace(addons=SimpleNamespace(kubeedge=SimpleNamespace(enabled=False))),
+        source=None,
+        spec=SimpleNamespace(
+            kubernetes=None,
+            mirror=None,
+            target="static",
+            addons=SimpleNamespace(kubeedge=SimpleNamespace(enabled=False)),
+        ),
     )
     record = run_record(run_id, command=command, target="static")
     records.RunStore(state).create(record)
     return PhaseContext(loaded, record, RunOptions(), lambda _text: None, {})
 
 
-def _prepared(ctx: PhaseContext) -> Any:
+def _prepared(_given: Any, _inventory: Any, run_dir: Path, **_kw: Any) -> Any:
     return SimpleNamespace(
-        artifacts_dir=ctx.run_dir / run.SUBDIR / "artifacts",
+        artifacts_dir=run_dir / run.SUBDIR / "artifacts",
         source=SimpleNamespace(tag="v2.29.1"),
         kube_version="1.32.10",
     )
@@ -54,7 +60,7 @@ def _fake_deploy(prepared: Any, kubeconfig: Path, **_kw: Any) -> Any:
 def test_up_keeps_admin_conf_private_and_reset_removes_every_copy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(phases, "_prepare", _prepared)
+    monkeypatch.setattr(phases, "prepare", _prepared)
     monkeypatch.setattr(run, "deploy", _fake_deploy)
     monkeypatch.setattr(run, "reset", lambda _p, kubeconfig, **_kw: kubeconfig.unlink())
     state = tmp_path / ".decice"
@@ -83,7 +89,7 @@ def test_a_failed_up_leaves_its_copy_private(
         _fake_deploy(prepared, kubeconfig, **kw)
         raise run.RunFailedError("cluster.yml failed")
 
-    monkeypatch.setattr(phases, "_prepare", _prepared)
+    monkeypatch.setattr(phases, "prepare", _prepared)
     monkeypatch.setattr(run, "deploy", failing)
     ctx = _context(tmp_path / ".decice", "20260101T000000-aaaa", "up")
     with pytest.raises(run.RunFailedError):

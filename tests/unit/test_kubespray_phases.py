@@ -11,7 +11,7 @@ import pytest
 from decice import baselines, inventory, records, spec
 from decice.errors import RunFailedError
 from decice.kubespray import run
-from decice.kubespray.phases import NOTHING_TO_RESET, PHASES, _ever_deployed
+from decice.kubespray.phases import NOTHING_TO_RESET, PHASES, ever_deployed
 from decice.targets import PhaseContext, RunOptions
 from tests.support import run_record
 
@@ -25,25 +25,25 @@ def _record(run_id: str, command: str, status: str) -> records.RunRecord:
 
 
 def test_fresh_state_dir_was_never_deployed(tmp_path: Path) -> None:
-    assert not _ever_deployed(tmp_path)
+    assert not ever_deployed(tmp_path)
 
 
 def test_up_without_kubernetes_phase_is_not_a_deploy(tmp_path: Path) -> None:
     store = records.RunStore(tmp_path)
     store.create(_record("20260101T000000-aaaa", "up", "not run"))
     store.create(_record("20260101T000001-bbbb", "reset", "ok"))
-    assert not _ever_deployed(tmp_path)
+    assert not ever_deployed(tmp_path)
 
 
 @pytest.mark.parametrize("status", ["ok", "failed", "running"])
 def test_up_that_started_kubespray_counts(tmp_path: Path, status: str) -> None:
     records.RunStore(tmp_path).create(_record("20260101T000000-aaaa", "up", status))
-    assert _ever_deployed(tmp_path)
+    assert ever_deployed(tmp_path)
 
 
 def test_a_kubeconfig_counts(tmp_path: Path) -> None:
     (tmp_path / "kubeconfig").write_text("x")
-    assert _ever_deployed(tmp_path)
+    assert ever_deployed(tmp_path)
 
 
 # --- up's kubernetes phase needs every Kubespray host's baseline ------------------------

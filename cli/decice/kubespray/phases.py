@@ -14,6 +14,11 @@ baseline (decice.baselines): a later `up` would take the deployed host as its cl
 
 With ``--check`` each phase only says what it would run (see ``describe``); the up
 preview refuses the same way.
+
+The work itself (:func:`deploy`, :func:`reset`, :func:`would_run`) takes a spec or a
+:class:`decice.kubespray.run.Cluster` and a decice inventory, not a phase context: the
+collection's ``decice.hybrid.kubespray`` action plugin (plain ansible-playbook) calls the
+same functions with what its play has.
 """
 
 from __future__ import annotations
@@ -21,18 +26,29 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from decice import baselines
 from decice.kubespray import edge, render, run
 from decice.records import RUNS_DIR
 from decice.targets.base import Phase, PhaseContext, api_baseline_path, kubeconfig_path
 
+if TYPE_CHECKING:
+    from decice.spec import LoadedSpec
+
 ADMIN_CONF = "admin.conf"  # what Kubespray's client role writes to its artifacts_dir
+# <state dir>/playbook-runs/<stamp>/kubespray: the work directories of the collection's
+# decice.hybrid.kubespray action (plain ansible-playbook); the CLI's are in runs/<id>/
+PLAYBOOK_RUNS = "playbook-runs"
 
 
 def admin_conf_copies(state_dir: Path) -> list[Path]:
-    """Every copy of Kubespray's admin kubeconfig in ``state_dir``'s run directories."""
-    return sorted((state_dir / RUNS_DIR).glob(f"*/{run.SUBDIR}/artifacts/{ADMIN_CONF}"))
+    """Every copy of Kubespray's admin kubeconfig in ``state_dir``'s run directories
+    (the CLI's runs and plain ansible-playbook's, :data:`PLAYBOOK_RUNS`)."""
+    pattern = f"*/{run.SUBDIR}/artifacts/{ADMIN_CONF}"
+    return sorted(
+        [*(state_dir / RUNS_DIR).glob(pattern), *(state_dir / PLAYBOOK_RUNS).glob(pattern)]
+    )
 
 
 def _private_artifacts(artifacts_dir: Path) -> None:
@@ -46,36 +62,86 @@ def _protect_admin_conf(artifacts_dir: Path) -> None:
         admin.chmod(0o600)
 
 
-def _prepare(ctx: PhaseContext) -> run.Prepared:
-    prepared = run.prepare(ctx.loaded, ctx.inventory, ctx.run_dir, progress=ctx.progress)
-    ctx.record.notes.append(prepared.source.describe())
-    ctx.record.notes.append(
+# ---------------------------------------------------------------- the work, context-free
+# The CLI's phases below and the collection's `decice.hybrid.kubespray` action plugin
+# (plain ansible-playbook, molecule) both go through these functions.
+
+Log = Callable[[str], None]
+
+
+def _ignore(_text: str) -> None:
+    return None
+
+
+def prepare(
+    given: LoadedSpec | run.Cluster,
+    inventory: dict[str, Any],
+    run_dir: Path,
+    *,
+    progress: Log = _ignore,
+    note: Log = _ignore,
+) -> run.Prepared:
+    """Source, env and generated inventory; ``note`` gets where they come from."""
+    prepared = run.prepare(given, inventory, run_dir, progress=progress)
+    note(prepared.source.describe())
+    note(
         f"kubespray env {prepared.env.path}: ansible-core {prepared.env.ansible_core} "
         f"(window {prepared.env.window[0]} <= v < {prepared.env.window[1]})"
     )
     return prepared
 
 
-def up_kubernetes(ctx: PhaseContext) -> str:
-    prepared = _prepare(ctx)
+def deploy(
+    given: LoadedSpec | run.Cluster,
+    inventory: dict[str, Any],
+    run_dir: Path,
+    kubeconfig: Path,
+    *,
+    progress: Log = _ignore,
+    note: Log = _ignore,
+) -> tuple[str, dict[str, str]]:
+    """cluster.yml, the admin kubeconfig, the edge exclusion: (summary, versions)."""
+    cluster = run.cluster_of(given)
+    prepared = prepare(cluster, inventory, run_dir, progress=progress, note=note)
     _private_artifacts(prepared.artifacts_dir)
     try:
-        done = run.deploy(
-            prepared, ctx.kubeconfig, progress=ctx.progress, note=ctx.record.notes.append
-        )
+        done = run.deploy(prepared, kubeconfig, progress=progress, note=note)
     finally:
         _protect_admin_conf(prepared.artifacts_dir)
-    ctx.record.versions.update(done.record_versions())
-    note = f"kubespray {done.tag}, kubernetes {done.kube_version}, API {done.server}"
-    if ctx.loaded.spec.addons.kubeedge.enabled:
-        log: Callable[[str], None] = ctx.progress
-        patched = edge.apply(ctx.kubeconfig, log=log)
-        note += f"; edge exclusion on {', '.join(patched) or 'no DaemonSet (already set)'}"
-    return note
+    summary = f"kubespray {done.tag}, kubernetes {done.kube_version}, API {done.server}"
+    if cluster.edge_exclusion:
+        patched = edge.apply(kubeconfig, log=progress)
+        summary += f"; edge exclusion on {', '.join(patched) or 'no DaemonSet (already set)'}"
+    return summary, done.record_versions()
 
 
-def _would_run(ctx: PhaseContext, playbook: str) -> str:
-    plan = run.describe(ctx.loaded, ctx.inventory)
+def reset(
+    given: LoadedSpec | run.Cluster,
+    inventory: dict[str, Any],
+    run_dir: Path,
+    kubeconfig: Path,
+    state_dir: Path,
+    *,
+    progress: Log = _ignore,
+    note: Log = _ignore,
+) -> str:
+    """reset.yml, then forget what the cluster was: kubeconfig, API baseline, admin.conf."""
+    prepared = prepare(given, inventory, run_dir, progress=progress, note=note)
+    _private_artifacts(prepared.artifacts_dir)
+    run.reset(prepared, kubeconfig, progress=progress, note=note)
+    api_baseline_path(state_dir).unlink(missing_ok=True)  # its cluster is gone
+    removed = remove_admin_confs(state_dir)  # its credentials are void, but never kept
+    summary = (
+        f"kubespray {prepared.source.tag} reset.yml (flush_iptables/reset_restart_network off)"
+    )
+    return summary + (
+        f"; removed {removed} copies of admin.conf from run directories" if removed else ""
+    )
+
+
+def would_run(given: LoadedSpec | run.Cluster, inventory: dict[str, Any], playbook: str) -> str:
+    """What check mode says instead of running ``playbook`` (fetches and builds nothing)."""
+    plan = run.describe(given, inventory)
     argv = " ".join(str(a) for a in plan["commands"][playbook]["argv"])
     return (
         f"check mode, nothing done: would run kubespray {plan['tag']} {playbook}: {argv} "
@@ -83,12 +149,18 @@ def _would_run(ctx: PhaseContext, playbook: str) -> str:
     )
 
 
-def preview_up_kubernetes(ctx: PhaseContext) -> str:
-    return _would_run(ctx, "cluster.yml")
+def missing_baselines(state_dir: Path, inventory: dict[str, Any]) -> list[str]:
+    """The hosts of Kubespray's inventory that have no baseline in ``state_dir``."""
+    hosts = render.inventory(inventory)["all"]["hosts"]
+    return baselines.without_baseline(state_dir, hosts)
 
 
-def _ever_deployed(state_dir: Path) -> bool:
-    """Did any earlier `up` of this state dir start Kubespray (even if it failed)?"""
+def ever_deployed(state_dir: Path) -> bool:
+    """Did any earlier `up` of this state dir start Kubespray (even if it failed)?
+
+    The CLI's run records say so; a plain ansible-playbook run leaves its work
+    directory under :data:`PLAYBOOK_RUNS`; a kubeconfig says so too.
+    """
     from decice.records import RunStore
 
     for record in RunStore(state_dir).list():
@@ -97,6 +169,8 @@ def _ever_deployed(state_dir: Path) -> bool:
         for phase in record.phases:
             if phase.name == "kubernetes" and phase.status not in {"pending", "not run", "skipped"}:
                 return True
+    if any((state_dir / PLAYBOOK_RUNS).glob(f"*/{run.SUBDIR}")):
+        return True
     return kubeconfig_path(state_dir).exists()
 
 
@@ -111,24 +185,44 @@ def remove_admin_confs(state_dir: Path) -> int:
     return len(copies)
 
 
+# ---------------------------------------------------------------- the CLI's phases
+
+
+def up_kubernetes(ctx: PhaseContext) -> str:
+    summary, done_versions = deploy(
+        ctx.loaded,
+        ctx.inventory,
+        ctx.run_dir,
+        ctx.kubeconfig,
+        progress=ctx.progress,
+        note=ctx.record.notes.append,
+    )
+    ctx.record.versions.update(done_versions)
+    return summary
+
+
+def preview_up_kubernetes(ctx: PhaseContext) -> str:
+    return would_run(ctx.loaded, ctx.inventory, "cluster.yml")
+
+
 def reset_kubernetes(ctx: PhaseContext) -> str:
-    if not _ever_deployed(ctx.loaded.state_dir):
+    if not ever_deployed(ctx.loaded.state_dir):
         return NOTHING_TO_RESET
-    prepared = _prepare(ctx)
-    _private_artifacts(prepared.artifacts_dir)
-    run.reset(prepared, ctx.kubeconfig, progress=ctx.progress, note=ctx.record.notes.append)
-    api_baseline_path(ctx.state_dir).unlink(missing_ok=True)  # its cluster is gone
-    removed = remove_admin_confs(ctx.state_dir)  # its credentials are void, but never kept
-    note = f"kubespray {prepared.source.tag} reset.yml (flush_iptables/reset_restart_network off)"
-    return note + (
-        f"; removed {removed} copies of admin.conf from run directories" if removed else ""
+    return reset(
+        ctx.loaded,
+        ctx.inventory,
+        ctx.run_dir,
+        ctx.kubeconfig,
+        ctx.state_dir,
+        progress=ctx.progress,
+        note=ctx.record.notes.append,
     )
 
 
 def preview_reset_kubernetes(ctx: PhaseContext) -> str:
-    if not _ever_deployed(ctx.loaded.state_dir):
+    if not ever_deployed(ctx.loaded.state_dir):
         return f"check mode, nothing done: {NOTHING_TO_RESET}"
-    return _would_run(ctx, "reset.yml")
+    return would_run(ctx.loaded, ctx.inventory, "reset.yml")
 
 
 def require_baselines(ctx: PhaseContext) -> None:

@@ -39,6 +39,7 @@ from decice.runner import (
 
 if TYPE_CHECKING:
     from decice.spec import LoadedSpec
+    from decice.spec_model import KubernetesSpec, MirrorSpec
 
 SUBDIR = "kubespray"
 OPTIONS = ("--become",)
@@ -128,30 +129,57 @@ class Prepared:
         return invocation(playbook, self.source.path, self.env.path, self.files["hosts"])
 
 
-def wanted_versions(loaded: LoadedSpec) -> tuple[source.Pin, str]:
+@dataclass(frozen=True)
+class Cluster:
+    """What a Kubespray run depends on besides the hosts, whichever way in: the spec
+    (the CLI, :func:`cluster_of`) or the arguments of the collection's
+    ``decice.hybrid.kubespray`` action (plain ansible-playbook, molecule)."""
+
+    kubernetes: KubernetesSpec
+    mirror: MirrorSpec | None
+    target: str  # lab: hosts share this machine's kernel and are containers
+    edge_exclusion: bool  # KubeEdge on: CNI pods stay off edge nodes
+    base: Path  # relative mirror.path and download_cache_dir resolve against it
+
+
+def cluster_of(given: LoadedSpec | Cluster) -> Cluster:
+    """``given`` as a :class:`Cluster` (a loaded spec: its kubernetes/mirror/target)."""
+    if isinstance(given, Cluster):
+        return given
+    spec = given.spec
+    return Cluster(
+        kubernetes=spec.kubernetes,
+        mirror=spec.mirror,
+        target=spec.target,
+        edge_exclusion=spec.addons.kubeedge.enabled,
+        base=given.source.parent if given.source else Path.cwd(),
+    )
+
+
+def wanted_versions(given: LoadedSpec | Cluster) -> tuple[source.Pin, str]:
     """(Kubespray pin, kube_version) for the spec (overrides need allow_untested_versions)."""
-    spec = loaded.spec.kubernetes
+    spec = cluster_of(given).kubernetes
     kube_version = spec.version or str(versions.pinned()["kubernetes"]["kube_version"])
     return source.pin(spec.kubespray_tag), kube_version.lstrip("v")
 
 
-def spec_mirror(loaded: LoadedSpec) -> mirrors.Mirror | None:
-    base = loaded.source.parent if loaded.source else Path.cwd()
-    return mirrors.from_spec(loaded.spec.mirror, base)
+def spec_mirror(given: LoadedSpec | Cluster) -> mirrors.Mirror | None:
+    cluster = cluster_of(given)
+    return mirrors.from_spec(cluster.mirror, cluster.base)
 
 
-def cache_dir_of(loaded: LoadedSpec) -> Path | None:
+def cache_dir_of(given: LoadedSpec | Cluster) -> Path | None:
     """``kubernetes.download_cache_dir`` as an absolute path (relative: to the spec's dir)."""
-    value = loaded.spec.kubernetes.download_cache_dir
+    cluster = cluster_of(given)
+    value = cluster.kubernetes.download_cache_dir
     if value is None:
         return None
     path = Path(value).expanduser()
-    base = loaded.source.parent if loaded.source else Path.cwd()
-    return (path if path.is_absolute() else base / path).resolve()
+    return (path if path.is_absolute() else cluster.base / path).resolve()
 
 
 def settings_of(
-    loaded: LoadedSpec,
+    given: LoadedSpec | Cluster,
     hosts: dict[str, Any],
     mirror: mirrors.Mirror | None,
     kube_version: str,
@@ -161,17 +189,17 @@ def settings_of(
     read_mirror_yml: bool = True,
 ) -> render.ClusterSettings:
     """What decice decides for Kubespray from the spec, the mirror and the hosts."""
-    spec = loaded.spec
+    cluster = cluster_of(given)
     return render.settings_for(
-        spec.kubernetes,
+        cluster.kubernetes,
         kube_version,
         artifacts_dir=artifacts_dir,
         mirror=mirror,
-        download_cache_dir=download_cache_dir or cache_dir_of(loaded),
-        registry=render.registry_of(spec.mirror, mirror if read_mirror_yml else None),
-        kernel_shared=render.kernel_shared(hosts, spec.target),
-        container_nodes=spec.target == "lab",
-        edge_exclusion=spec.addons.kubeedge.enabled,
+        download_cache_dir=download_cache_dir or cache_dir_of(cluster),
+        registry=render.registry_of(cluster.mirror, mirror if read_mirror_yml else None),
+        kernel_shared=render.kernel_shared(hosts, cluster.target),
+        container_nodes=cluster.target == "lab",
+        edge_exclusion=cluster.edge_exclusion,
     )
 
 
@@ -189,7 +217,7 @@ def check_kube_version(checkout: Path, kube_version: str) -> None:
 
 
 def prepare(
-    loaded: LoadedSpec,
+    given: LoadedSpec | Cluster,
     decice_inventory: dict[str, Any],
     run_dir: Path,
     *,
@@ -198,12 +226,13 @@ def prepare(
     download_cache_dir: Path | None = None,
 ) -> Prepared:
     """Source + env + generated inventory: everything short of running Kubespray."""
-    pinned, kube_version = wanted_versions(loaded)
-    mirror = spec_mirror(loaded)
+    cluster = cluster_of(given)
+    pinned, kube_version = wanted_versions(cluster)
+    mirror = spec_mirror(cluster)
     hosts = render.inventory(decice_inventory)  # bad input fails before any download
     work_dir = run_dir / SUBDIR
     settings = settings_of(
-        loaded, hosts, mirror, kube_version, work_dir / "artifacts", download_cache_dir
+        cluster, hosts, mirror, kube_version, work_dir / "artifacts", download_cache_dir
     )
     progress(f"kubespray {pinned.tag}: source")
     src = source.ensure(pinned, mirror, source.explicit_dir(explicit_checkout))
@@ -434,23 +463,24 @@ def reset(
 # ---------------------------------------------------------------- plan
 
 
-def describe(loaded: LoadedSpec, decice_inventory: dict[str, Any]) -> dict[str, Any]:
+def describe(given: LoadedSpec | Cluster, decice_inventory: dict[str, Any]) -> dict[str, Any]:
     """What `decice up` would run for Kubespray; fetches and builds nothing.
 
     Paths under the run directory are shown as ``<run>/kubespray/...``.
     """
-    pinned, kube_version = wanted_versions(loaded)
-    mirror = spec_mirror(loaded)
+    cluster = cluster_of(given)
+    pinned, kube_version = wanted_versions(cluster)
+    mirror = spec_mirror(cluster)
     hosts = render.inventory(decice_inventory)
     work = Path("<run>") / SUBDIR
     # mirror.yml is read for a URL mirror too (a small file): plan shows what up uses
     registry_note = ""
     try:
-        settings = settings_of(loaded, hosts, mirror, kube_version, work / "artifacts")
+        settings = settings_of(cluster, hosts, mirror, kube_version, work / "artifacts")
     except mirrors.MirrorError as exc:
         registry_note = f"unknown: {exc}"
         settings = settings_of(
-            loaded, hosts, mirror, kube_version, work / "artifacts", read_mirror_yml=False
+            cluster, hosts, mirror, kube_version, work / "artifacts", read_mirror_yml=False
         )
     registry = settings.registry
     shown_registry = registry_note or (
@@ -486,5 +516,5 @@ def describe(loaded: LoadedSpec, decice_inventory: dict[str, Any]) -> dict[str, 
     }
 
 
-def describe_json(loaded: LoadedSpec, decice_inventory: dict[str, Any]) -> str:
+def describe_json(loaded: LoadedSpec | Cluster, decice_inventory: dict[str, Any]) -> str:
     return json.dumps(describe(loaded, decice_inventory), indent=2, default=str)
