@@ -75,7 +75,8 @@ def _check_name(value: str, flag: str) -> str:
     return value
 
 
-def _write_pidfile(path: Path) -> None:
+def _check_pidfile(path: Path) -> None:
+    """Refuse a pidfile naming a live process other than this one."""
     if path.is_file():
         try:
             pid = int(path.read_text().strip())
@@ -87,6 +88,9 @@ def _write_pidfile(path: Path) -> None:
         else:
             if pid != os.getpid():
                 raise UsageError(f"--pidfile {path}: the plugin already runs as pid {pid}")
+
+
+def _write_pidfile(path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(f"{os.getpid()}\n")
     tmp.replace(path)
@@ -101,6 +105,8 @@ def serve(args: argparse.Namespace) -> int:
         partition=_check_name(args.partition, "--partition"),
         account=_check_name(args.account, "--account"),
     )
+    if args.pidfile:
+        _check_pidfile(args.pidfile)
     plugin = Plugin(Config(data_dir, runtime, defaults))
     plugin.ensure_dirs()
     server = make_server(plugin, listen, token)

@@ -155,9 +155,9 @@ def render_script(
         body.append(_run_function(f"i{i}", c, runtime, gpus, job_dir))
     for i, c in enumerate(spec.containers):
         body.append(_run_function(f"c{i}", c, runtime, gpus, job_dir))
-    flow = ["# init containers, one after the other; one failing ends the job"][
-        : 1 if spec.init_containers else 0
-    ]
+    flow = []
+    if spec.init_containers:
+        flow.append("# init containers, one after the other; one failing ends the job")
     for i, c in enumerate(spec.init_containers):
         log = f'"$JOB_DIR/{c.name}.log"'
         flow += [

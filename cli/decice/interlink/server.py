@@ -218,12 +218,15 @@ def _clear_stale_socket(path: Path) -> None:
 
 def make_server(plugin: Plugin, listen: Listen, token: str | None) -> socketserver.BaseServer:
     handler = type("BoundHandler", (Handler,), {"plugin": plugin, "token": token})
-    if listen.kind == "unix":
-        path = Path(listen.path)
-        _clear_stale_socket(path)
-        return UnixHTTPServer(str(path), handler)
-    if token is None:
-        raise UsageError("--listen tcp:... needs --token-file (a 0600 file with the token)")
-    server = ThreadingHTTPServer((listen.host, listen.port), handler)
+    try:
+        if listen.kind == "unix":
+            path = Path(listen.path)
+            _clear_stale_socket(path)
+            return UnixHTTPServer(str(path), handler)
+        if token is None:
+            raise UsageError("--listen tcp:... needs --token-file (a 0600 file with the token)")
+        server = ThreadingHTTPServer((listen.host, listen.port), handler)
+    except OSError as exc:
+        raise UsageError(f"--listen {listen}: cannot listen there ({exc.strerror or exc})") from exc
     server.daemon_threads = True
     return server

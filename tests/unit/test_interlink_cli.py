@@ -1,0 +1,94 @@
+"""decice-interlink-slurm's command line: runtime choice, pidfile, sockets, defaults."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from decice.interlink.__main__ import detect_runtime, main
+from decice.interlink.api import parse_create
+from decice.interlink.errors import UsageError
+from decice.interlink.jobscript import Defaults, sbatch_options
+from decice.interlink.podspec import parse_pod
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_runtime_auto_prefers_apptainer_then_singularity(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert detect_runtime("auto").kind == "bare"
+    with pytest.raises(UsageError, match="neither apptainer nor singularity"):
+        detect_runtime("apptainer")
+    for name in ("singularity", "apptainer"):
+        (tmp_path / name).write_text("#!/bin/sh\n")
+        (tmp_path / name).chmod(0o755)
+        runtime = detect_runtime("auto")
+        assert (runtime.kind, runtime.binary) == ("apptainer", str(tmp_path / name))
+    assert detect_runtime("bare").kind == "bare"
+
+
+def test_runtime_apptainer_without_one_exits_2(tmp_path: Path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    argv = ["serve", "--data-dir", str(tmp_path / "d"), "--runtime", "apptainer"]
+    assert main(argv) == 2
+    assert "--runtime apptainer" in capsys.readouterr().err
+
+
+def test_live_pidfile_or_socket_exits_2(tmp_path: Path, capsys):
+    data = tmp_path / "d"
+    pidfile = tmp_path / "pid"
+    pidfile.write_text(f"{os.getppid()}\n")  # a live process that is not this one
+    argv = ["serve", "--data-dir", str(data), "--pidfile", str(pidfile), "--runtime", "bare"]
+    assert main(argv) == 2
+    assert "already runs as pid" in capsys.readouterr().err
+    data.mkdir(exist_ok=True)
+    busy = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    busy.bind(str(data / "plugin.sock"))
+    busy.listen()
+    try:
+        assert main(["serve", "--data-dir", str(data), "--runtime", "bare"]) == 2
+        assert "another process serves this socket" in capsys.readouterr().err
+    finally:
+        busy.close()
+
+
+def test_bad_partition_or_account_flag_exits_2(tmp_path: Path, capsys):
+    argv = ["serve", "--data-dir", str(tmp_path), "--partition", "a;b"]
+    assert main(argv) == 2
+    assert "--partition 'a;b'" in capsys.readouterr().err
+
+
+def test_plugin_defaults_yield_to_pod_annotations(tmp_path: Path):
+    uid = "0f6a3c1e-6f5b-4a51-9a53-2d1b9d2f0c11"
+
+    def options(annotations: dict) -> list[str]:
+        c = {"name": "m", "command": ["x"], "resources": {"limits": {"cpu": "1", "memory": "1Mi"}}}
+        meta = {"name": "p", "namespace": "n", "uid": uid, "annotations": annotations}
+        req = parse_create({"pod": {"metadata": meta, "spec": {"containers": [c]}}})
+        return sbatch_options(req.ref, parse_pod(req), tmp_path, Defaults("batch", "acct"))
+
+    assert {"--partition=batch", "--account=acct"} <= set(options({}))
+    mine = options({"slurm-job.vk.io/partition": "gpu", "slurm-job.vk.io/account": "me"})
+    assert {"--partition=gpu", "--account=me"} <= set(mine)
+    assert "--partition=batch" not in mine
+
+
+def test_console_script_module_runs(tmp_path: Path):
+    env = {**os.environ, "PYTHONPATH": str(REPO / "cli")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "decice.interlink", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0 and "serve" in proc.stdout and "cancel-all" in proc.stdout
+    text = (REPO / "pyproject.toml").read_text()
+    assert 'decice-interlink-slurm = "decice.interlink.__main__:main"' in text
