@@ -432,14 +432,7 @@ def real_plugin(info: lab.LabInfo, workdir: Path) -> Iterator[RealPlugin]:
     port = 20000 + os.getpid() % 20000
     address = next(n.ip for n in info.nodes if n.name == LOGIN)
     plugin = RealPlugin(info, host_dir, node_dir, f"http://{address}:{port}", token_file)
-    plugin.ssh("umask 077 && cat > ~/vkt.token", stdin=token + "\n")
     env = f"PYTHONPATH={node_dir}/pkg"
-    plugin.ssh(
-        f"cd {node_dir} && {env} setsid nohup python3 -m decice.interlink serve "
-        f"--data-dir {node_dir}/data --listen tcp:0.0.0.0:{port} --token-file ~/vkt.token "
-        f"--runtime bare --pidfile {node_dir}/plugin.pid > {node_dir}/plugin.log 2>&1 "
-        "< /dev/null &"
-    )
 
     def answers() -> bool:
         try:
@@ -455,6 +448,15 @@ def real_plugin(info: lab.LabInfo, workdir: Path) -> Iterator[RealPlugin]:
         return resp.status_code == 200
 
     try:
+        plugin.ssh("umask 077 && cat > ~/vkt.token", stdin=token + "\n")
+        # one simple command in the background (a backgrounded list would keep a shell
+        # holding ssh's output open)
+        plugin.ssh(
+            f"cd {node_dir} || exit 1; {env} setsid nohup python3 -m decice.interlink serve "
+            f"--data-dir {node_dir}/data --listen tcp:0.0.0.0:{port} --token-file ~/vkt.token "
+            f"--runtime bare --pidfile {node_dir}/plugin.pid > {node_dir}/plugin.log 2>&1 "
+            "< /dev/null &"
+        )
         wait_for(f"the plugin on {LOGIN} (log: {plugin.log()[-2000:]!r})", answers, timeout=60)
         yield plugin
     finally:

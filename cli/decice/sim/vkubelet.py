@@ -72,7 +72,7 @@ LOOPBACK = "127.0.0.1"
 CREATE_TIMEOUT = 120.0
 REQUEST_TIMEOUT = 30.0
 LOST_AFTER = 5  # consecutive /status answers without a followed pod
-MAX_CREATES = 8  # concurrent /create requests per node
+MAX_CONCURRENT = 8  # concurrent /create or /delete requests per node
 
 Enqueue = Callable[..., None]
 VkState = Literal["check", "create", "tracked", "terminal", "deleting", "done"]
@@ -485,7 +485,7 @@ class VirtualKubelets:
         mine = [bp for bp in self.pods.values() if bp.node == name]
         deleting = [bp for bp in mine if bp.state == "deleting"]
         if deleting:
-            await asyncio.gather(*(self._delete(node, bp) for bp in deleting))
+            await _bounded(self._delete(node, bp) for bp in deleting)
         now = time.monotonic()
         if now - node.last_ping >= self.ping_interval:
             node.last_ping = now
@@ -497,13 +497,7 @@ class VirtualKubelets:
             await self._poll(node, check + tracked)
         creating = [bp for bp in mine if bp.state == "create"]
         if creating:
-            slots = asyncio.Semaphore(MAX_CREATES)
-
-            async def one(bp: BackedPod) -> None:
-                async with slots:
-                    await self._create(node, bp)
-
-            await asyncio.gather(*(one(bp) for bp in creating))
+            await _bounded(self._create(node, bp) for bp in creating)
 
     async def _ping(self, node: BackedNode) -> None:
         try:
@@ -775,6 +769,17 @@ class VirtualKubelets:
             await asyncio.gather(*self._tasks, return_exceptions=True)
             if self._server is not None:
                 self._server.close()
+
+
+async def _bounded(calls: Iterable[Awaitable[None]], limit: int = MAX_CONCURRENT) -> None:
+    """Await ``calls`` with at most ``limit`` of them running at once."""
+    slots = asyncio.Semaphore(limit)
+
+    async def one(call: Awaitable[None]) -> None:
+        async with slots:
+            await call
+
+    await asyncio.gather(*(one(c) for c in calls))
 
 
 def serving_context(cert_dir: Path) -> ssl.SSLContext:
