@@ -36,6 +36,7 @@ echo "$jid"
 
 SQUEUE = r"""#!/bin/bash
 R="$FAKE_SLURM"
+echo "$*" >> "$R/squeue-calls"
 for f in "$R"/*.name; do
   [ -e "$f" ] || continue
   jid=$(basename "$f" .name)

@@ -434,3 +434,16 @@ def test_secrets_never_reach_the_log(fake_slurm: Env, caplog):
     assert "hunter2-secret" not in caplog.text and TOKEN not in caplog.text
     env_file = fake_slurm.data / "jobs" / f"hpc-{uid(16)}" / "main.env"
     assert env_file.stat().st_mode & 0o777 == 0o600
+
+
+def test_status_calls_share_one_squeue_per_second(plugin: Client, fake_slurm: Env):
+    a, b = pod("a", uid(18), "sleep 30"), pod("b", uid(19), "sleep 30")
+    assert create(plugin, a)[0] == 200
+    calls = fake_slurm.registry / "squeue-calls"
+    calls.unlink(missing_ok=True)
+    for _ in range(3):
+        assert plugin.call("GET", "/status", [a])[0] == 200
+    assert len(calls.read_text().splitlines()) == 1
+    assert create(plugin, b)[0] == 200  # a create makes the next /status ask again
+    assert "waiting" in state_of(plugin, b) or "running" in state_of(plugin, b)
+    assert len(calls.read_text().splitlines()) == 2

@@ -25,6 +25,7 @@ log = logging.getLogger("decice.interlink")
 JOBS = "jobs"
 STATE = "state"
 LOG_LIMIT = 16 * 2**20  # bytes of a log returned at most
+QUEUE_TTL = 1.0  # seconds one squeue answer serves /status calls (reset by create/delete)
 
 
 def utcnow() -> str:
@@ -45,6 +46,20 @@ class Plugin:
         self.jobs = config.data_dir / JOBS
         self._lock = threading.Lock()  # one create/delete at a time (store + sbatch)
         self._sacct_works = True  # until sacct fails once (no accounting storage)
+        self._queue_lock = threading.Lock()
+        self._queue: tuple[float, dict[str, slurm.Job]] | None = None
+
+    def _jobs(self) -> dict[str, slurm.Job]:
+        """squeue's answer, shared by the /status calls of one second (many pods poll)."""
+        with self._queue_lock:
+            now = time.monotonic()
+            if self._queue is None or now - self._queue[0] > QUEUE_TTL:
+                self._queue = (now, slurm.queue())
+            return self._queue[1]
+
+    def _queue_changed(self) -> None:
+        with self._queue_lock:
+            self._queue = None
 
     def ensure_dirs(self) -> None:
         self.config.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -120,6 +135,7 @@ class Plugin:
             entry.state = SUBMITTED
             entry.submitted_at = utcnow()
             self.store.put(entry)
+            self._queue_changed()
         log.info("pod %s (uid %s): SLURM job %s submitted", label, ref.uid, entry.jid)
         return api.create_struct(ref.uid, entry.jid)
 
@@ -136,6 +152,7 @@ class Plugin:
                 slurm.scancel([entry.jid])
             entry.state = DELETED
             self.store.put(entry)
+            self._queue_changed()
         log.info("pod %s/%s: SLURM job %s cancelled", ref.namespace, ref.name, entry.jid or "-")
         self._forget_ended()
         return f"pod {ref.namespace}/{ref.name}: SLURM job {entry.jid or '-'} cancelled"
@@ -173,7 +190,7 @@ class Plugin:
         known = [(ref, e) for ref, e in entries if e is not None and e.state != DELETED]
         if not known:
             return []
-        jobs = slurm.queue()
+        jobs = self._jobs()
         now = utcnow()
         out = []
         for ref, entry in known:
