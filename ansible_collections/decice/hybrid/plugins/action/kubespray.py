@@ -1,0 +1,340 @@
+"""Action plugin decice.hybrid.kubespray: Kubespray's cluster.yml / reset.yml for the play's hosts.
+
+Runs on the controller through decice's own Kubespray code (``decice.kubespray.phases``),
+the code the decice CLI's ``kubernetes`` phase runs: the same pinned source, its own
+Python env, the same generated inventory and group_vars, the same "not in the mirror"
+explanation when a run stops at a file download. Documentation: ``modules/kubespray.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ansible import constants as C
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+from ansible.utils.vars import load_extra_vars
+
+display = Display()
+
+# The inventory groups the decice inventory (and so Kubespray's) is built from.
+GROUPS = ("kube_control_plane", "etcd", "kube_node", "decice_edge")
+CLUSTER_GROUPS = ("kube_control_plane", "etcd", "kube_node")
+STATES = ("present", "absent")
+# magic variables Ansible adds to every host's view beyond C.INTERNAL_STATIC_VARS
+MAGIC = frozenset(
+    {"omit", "ansible_check_mode", "ansible_search_path", "ansible_local", "environment", "vars"}
+)
+ARGS = frozenset(
+    {
+        "state",
+        "state_dir",
+        "kubeconfig",
+        "version",
+        "kubespray_tag",
+        "allow_untested_versions",
+        "cni",
+        "container_runtime",
+        "mirror",
+        "download_cache_dir",
+        "target",
+        "edge_exclusion",
+        "base_dir",
+    }
+)
+NO_DECICE = (
+    "decice.hybrid.kubespray runs decice's Kubespray code on the controller, and the Python "
+    "that runs ansible-playbook ({python}) cannot import it: {error}\n"
+    "    fix: install decice next to Ansible - from a decice checkout, `{python} -m pip install .` "
+    "(or run the play through the decice CLI)"
+)
+
+
+class ArgumentError(ValueError):
+    """A bad task argument: the message names the argument and the fix."""
+
+
+def _bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in {"true", "yes", "on", "1"}:
+        return True
+    if text in {"false", "no", "off", "0", ""}:
+        return False
+    raise ArgumentError(f"{name}: {value!r} is not a boolean\n    fix: use true or false")
+
+
+def _text(name: str, value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ArgumentError(f"{name}: {value!r} is not a string")
+    return value
+
+
+def _mirror(value: Any) -> dict[str, Any] | None:
+    """``mirror``: none/empty, a directory, an http(s)/file URL, or the spec's mapping."""
+    if value is None or value == "" or value == {}:
+        return None
+    if isinstance(value, str):
+        return {"url": value} if "://" in value else {"path": value}
+    if isinstance(value, Mapping):
+        return {str(k): v for k, v in value.items() if v is not None}
+    raise ArgumentError(
+        f"mirror: {value!r} is neither a path, a URL nor a mapping\n"
+        "    fix: give the mirror directory, its URL, or {path|url: ..., registry: ...}"
+    )
+
+
+def parse_args(args: Mapping[str, Any], cwd: Path) -> dict[str, Any]:
+    """The task's arguments, checked: ``ArgumentError`` names the argument and the fix."""
+    unknown = sorted(set(args) - ARGS)
+    if unknown:
+        raise ArgumentError(
+            f"unsupported argument(s) {', '.join(unknown)}\n"
+            f"    fix: use only {', '.join(sorted(ARGS))}"
+        )
+    state = args.get("state", "present")
+    if state not in STATES:
+        raise ArgumentError(f"state: {state!r} is not one of {', '.join(STATES)}")
+    out: dict[str, Any] = {"state": state}
+    for name in ("state_dir", "kubeconfig"):
+        value = _text(name, args.get(name))
+        if value is None:
+            raise ArgumentError(
+                f"{name}: required\n    fix: give the absolute path on the controller"
+            )
+        out[name] = Path(value).expanduser()
+        if not out[name].is_absolute():
+            raise ArgumentError(f"{name}: {value!r} is not an absolute path")
+    base = _text("base_dir", args.get("base_dir"))
+    out["base_dir"] = Path(base).expanduser() if base else cwd
+    out["kubernetes"] = {
+        key: _text(key, args.get(key))
+        for key in ("version", "kubespray_tag", "cni", "container_runtime", "download_cache_dir")
+        if _text(key, args.get(key)) is not None
+    }
+    out["allow_untested_versions"] = _bool(
+        "allow_untested_versions", args.get("allow_untested_versions", False)
+    )
+    out["mirror"] = _mirror(args.get("mirror"))
+    out["target"] = _text("target", args.get("target")) or "static"
+    out["edge_exclusion"] = _bool("edge_exclusion", args.get("edge_exclusion", False))
+    return out
+
+
+def untested(kubernetes: Mapping[str, Any], pinned: Mapping[str, Any]) -> list[str]:
+    """The version arguments that differ from the pins (allowed only explicitly)."""
+    wanted = {
+        "version": str(pinned["kubernetes"]["kube_version"]).lstrip("v"),
+        "kubespray_tag": "v" + str(pinned["kubespray"]["version"]).lstrip("v"),
+    }
+    out = []
+    for key, pin in wanted.items():
+        value = kubernetes.get(key)
+        if value is None:
+            continue
+        given = value.lstrip("v") if key == "version" else "v" + value.lstrip("v")
+        if given != pin:
+            out.append(f"{key} {value} (pinned: {pin})")
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """A templated value as plain JSON data (Ansible's own str/dict/list subclasses off)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def inventory_of(
+    groups: Mapping[str, Any],
+    hostvars: Mapping[str, Any],
+    hidden: frozenset[str] | set[str],
+) -> dict[str, Any]:
+    """A decice inventory (``{"all": {"hosts", "children"}}``) from the play's view.
+
+    Hosts: those of the Kubespray groups and ``decice_edge``. Their variables: what the
+    inventory gives them (host, group and group_vars/host_vars files), templated as the
+    play sees them; Ansible's magic variables, extra variables, facts and ``hidden`` are
+    left out. Every string is data for Kubespray (written ``!unsafe``).
+    """
+    from decice import inventory as decice_inventory
+
+    members = {group: list(groups.get(group) or []) for group in GROUPS}
+    hosts: dict[str, Any] = {}
+    for name in dict.fromkeys(h for g in CLUSTER_GROUPS for h in members[g]):
+        view = hostvars[name]
+        facts = (view.get("ansible_facts") if "ansible_facts" in view else None) or {}
+        skip = set(hidden) | set(C.INTERNAL_STATIC_VARS) | MAGIC
+        skip |= set(facts) | {f"ansible_{key}" for key in facts}
+        values: dict[str, Any] = {}
+        for key in view:
+            if key in skip or key.startswith("ansible_play_"):
+                continue
+            try:
+                values[key] = _plain(view[key])
+            except Exception as exc:  # a template of the inventory that does not resolve
+                raise ArgumentError(
+                    f"host {name}: variable {key} does not resolve: {exc}\n"
+                    "    fix: define what it refers to (e.g. with -e) or remove it"
+                ) from None
+        hosts[name] = decice_inventory.unsafe(values)
+    children: dict[str, Any] = {group: {"hosts": dict.fromkeys(members[group])} for group in GROUPS}
+    children["k8s_cluster"] = {"children": {"kube_control_plane": {}, "kube_node": {}}}
+    return {"all": {"hosts": hosts, "children": children}}
+
+
+def cluster_of(parsed: Mapping[str, Any]) -> Any:
+    """decice's :class:`decice.kubespray.run.Cluster` from parsed arguments (spec models
+    validate them exactly as in a ``decice.yaml``)."""
+    import pydantic
+
+    from decice.kubespray import run
+    from decice.spec_model import KubernetesSpec, MirrorSpec
+
+    try:
+        kubernetes = KubernetesSpec(**parsed["kubernetes"])
+    except pydantic.ValidationError as exc:
+        raise ArgumentError(_validation("", exc)) from None
+    try:
+        mirror = MirrorSpec(**parsed["mirror"]) if parsed["mirror"] else None
+    except pydantic.ValidationError as exc:
+        raise ArgumentError(_validation("mirror.", exc)) from None
+    return run.Cluster(
+        kubernetes=kubernetes,
+        mirror=mirror,
+        target=parsed["target"],
+        edge_exclusion=parsed["edge_exclusion"],
+        base=parsed["base_dir"],
+    )
+
+
+def _validation(prefix: str, exc: Any) -> str:
+    lines = []
+    for error in exc.errors():
+        where = prefix + ".".join(str(p) for p in error.get("loc", ())) or prefix.rstrip(".")
+        lines.append(f"{where}: {error.get('msg')}")
+    return "\n".join(lines)
+
+
+def run_dir_for(state_dir: Path) -> Path:
+    """A new work directory for this run: ``<state>/playbook-runs/<UTC stamp>-<pid>``."""
+    from decice.kubespray import phases
+
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = state_dir / phases.PLAYBOOK_RUNS / f"{stamp}-{os.getpid()}"
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (state_dir / phases.PLAYBOOK_RUNS).chmod(0o700)
+    return path
+
+
+def execute(
+    parsed: Mapping[str, Any],
+    cluster: Any,
+    inventory: dict[str, Any],
+    *,
+    check: bool,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    """Do what the task says with decice's Kubespray code; the task's result."""
+    from decice import redact
+    from decice.errors import DeciceError
+    from decice.kubespray import phases
+
+    state_dir: Path = parsed["state_dir"]
+    playbook = "cluster.yml" if parsed["state"] == "present" else "reset.yml"
+    notes: list[str] = []
+    result: dict[str, Any] = {"changed": False, "playbook": playbook, "notes": notes}
+    try:
+        if parsed["state"] == "absent" and not phases.ever_deployed(state_dir):
+            result["msg"] = phases.NOTHING_TO_RESET
+            return result
+        if check:
+            result["msg"] = phases.would_run(cluster, inventory, playbook)
+            return result
+        if parsed["state"] == "present":
+            missing = phases.missing_baselines(state_dir, inventory)
+            if missing:
+                from decice import baselines
+
+                return {
+                    **result,
+                    "failed": True,
+                    "msg": baselines.refusal("kubernetes", missing, state_dir),
+                }
+        run_dir = run_dir_for(state_dir)
+        result["run_dir"] = str(run_dir)
+        try:
+            if parsed["state"] == "present":
+                summary, done = phases.deploy(
+                    cluster,
+                    inventory,
+                    run_dir,
+                    parsed["kubeconfig"],
+                    progress=progress,
+                    note=notes.append,
+                )
+                result["versions"] = done
+            else:
+                summary = phases.reset(
+                    cluster,
+                    inventory,
+                    run_dir,
+                    parsed["kubeconfig"],
+                    state_dir,
+                    progress=progress,
+                    note=notes.append,
+                )
+        finally:
+            redact.scrub_run_dir(run_dir)  # its inventory held the hosts' variables
+        result.update(changed=True, msg=summary)
+    except DeciceError as exc:
+        result.update(failed=True, msg=str(exc))
+    return result
+
+
+class ActionModule(ActionBase):
+    """See ``modules/kubespray.py``."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        try:
+            import decice.kubespray.phases  # noqa: F401
+        except ImportError as exc:
+            return {
+                **result,
+                "failed": True,
+                "msg": NO_DECICE.format(python=sys.executable, error=exc),
+            }
+        try:
+            parsed = parse_args(self._task.args, Path.cwd())
+            from decice import versions
+
+            ahead = untested(parsed["kubernetes"], versions.pinned())
+            if ahead and not parsed["allow_untested_versions"]:
+                raise ArgumentError(
+                    f"{'; '.join(ahead)}: not the tested versions\n"
+                    "    fix: leave them to their defaults, or set allow_untested_versions: true"
+                )
+            cluster = cluster_of(parsed)
+            hidden = set(load_extra_vars(self._loader))
+            inventory = inventory_of(task_vars.get("groups") or {}, task_vars["hostvars"], hidden)
+        except ArgumentError as exc:
+            return {**result, "failed": True, "msg": f"decice.hybrid.kubespray: {exc}"}
+
+        def progress(text: str) -> None:
+            display.v(text)
+
+        check = bool(self._play_context.check_mode)
+        outcome = execute(parsed, cluster, inventory, check=check, progress=progress)
+        return {**result, **outcome}
