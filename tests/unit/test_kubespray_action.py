@@ -189,6 +189,37 @@ def test_a_variable_that_does_not_resolve_is_named() -> None:
         action.inventory_of(GROUPS, hostvars, set())
 
 
+def test_only_what_the_inventory_gives_reaches_kubespray(tmp_path: Path) -> None:
+    """Ansible's own hostvars: inventory, group and group_vars file variables (templated)
+    count; what the run added (set_fact, register) and extra variables do not."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars.hostvars import HostVars
+    from ansible.vars.manager import VariableManager
+
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "k8s_cluster.yml").write_text("from_file: '{{ site }}-x'\n")
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  vars: {site: lab}\n  hosts:\n    node1: {ansible_host: 10.0.0.1}\n"
+        "  children:\n    kube_control_plane: {hosts: {node1: }}\n"
+        "    kube_node: {hosts: {node1: }}\n"
+        "    k8s_cluster: {children: {kube_control_plane: , kube_node: }}\n"
+    )
+    loader = DataLoader()
+    inventory = InventoryManager(loader=loader, sources=[str(tmp_path / "hosts.yml")])
+    manager = VariableManager(loader=loader, inventory=inventory)
+    manager.set_host_variable("node1", "preflight_results", ["big"])  # set_fact
+    manager.set_nonpersistent_facts("node1", {"prepare_gather": {"rc": 0}})  # register
+    hostvars = HostVars(inventory, manager, loader)
+    groups = {g.name: [h.name for h in g.get_hosts()] for g in inventory.groups.values()}
+    inv = action.inventory_of(groups, hostvars, set(), str(tmp_path))
+    assert inv["all"]["hosts"]["node1"] == {
+        "ansible_host": "10.0.0.1",
+        "site": "lab",
+        "from_file": "lab-x",
+    }
+
+
 # ---------------------------------------------------------------- running decice's code
 
 

@@ -152,10 +152,34 @@ def _plain(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
+def inventory_names(hostvars: Any, name: str, playbook_dir: str | None) -> set[str] | None:
+    """The names of the variables the inventory gives host ``name``: its own and its groups'
+    (inventory sources), and those of group_vars/host_vars files (vars plugins, next to the
+    inventory or the playbook). Not what the run added (set_fact, register, include_vars).
+    None when ``hostvars`` is not Ansible's (then every variable of the view counts)."""
+    inventory = getattr(hostvars, "_inventory", None)  # HostVars has no public accessor
+    loader = getattr(hostvars, "_loader", None)
+    host = inventory.get_host(name) if inventory is not None else None
+    if host is None:
+        return None
+    from ansible.vars.plugins import get_vars_from_inventory_sources, get_vars_from_path
+
+    entities = [*host.get_groups(), host]
+    names = set(host.get_vars())
+    for group in host.get_groups():
+        names |= set(group.get_vars())
+    for stage in ("inventory", "task"):
+        names |= set(get_vars_from_inventory_sources(loader, inventory._sources, entities, stage))
+        if playbook_dir:
+            names |= set(get_vars_from_path(loader, playbook_dir, entities, stage))
+    return names
+
+
 def inventory_of(
     groups: Mapping[str, Any],
     hostvars: Mapping[str, Any],
     hidden: frozenset[str] | set[str],
+    playbook_dir: str | None = None,
 ) -> dict[str, Any]:
     """A decice inventory (``{"all": {"hosts", "children"}}``) from the play's view.
 
@@ -173,9 +197,12 @@ def inventory_of(
         facts = (view.get("ansible_facts") if "ansible_facts" in view else None) or {}
         skip = set(hidden) | set(C.INTERNAL_STATIC_VARS) | MAGIC
         skip |= set(facts) | {f"ansible_{key}" for key in facts}
+        given = inventory_names(hostvars, name, playbook_dir)
         values: dict[str, Any] = {}
         for key in view:
             if key in skip or key.startswith("ansible_play_"):
+                continue
+            if given is not None and key not in given:
                 continue
             try:
                 values[key] = _plain(view[key])
@@ -328,7 +355,12 @@ class ActionModule(ActionBase):
                 )
             cluster = cluster_of(parsed)
             hidden = set(load_extra_vars(self._loader))
-            inventory = inventory_of(task_vars.get("groups") or {}, task_vars["hostvars"], hidden)
+            inventory = inventory_of(
+                task_vars.get("groups") or {},
+                task_vars["hostvars"],
+                hidden,
+                task_vars.get("playbook_dir"),
+            )
         except ArgumentError as exc:
             return {**result, "failed": True, "msg": f"decice.hybrid.kubespray: {exc}"}
 
