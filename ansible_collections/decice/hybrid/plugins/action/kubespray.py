@@ -159,7 +159,9 @@ def inventory_names(hostvars: Any, name: str, playbook_dir: str | None) -> set[s
     None when ``hostvars`` is not Ansible's (then every variable of the view counts)."""
     inventory = getattr(hostvars, "_inventory", None)  # HostVars has no public accessor
     loader = getattr(hostvars, "_loader", None)
-    host = inventory.get_host(name) if inventory is not None else None
+    if inventory is None:
+        return None
+    host = inventory.get_host(name)
     if host is None:
         return None
     from ansible.vars.plugins import get_vars_from_inventory_sources, get_vars_from_path
