@@ -59,10 +59,31 @@ def test_live_pidfile_or_socket_exits_2(tmp_path: Path, capsys):
         busy.close()
 
 
-def test_bad_partition_or_account_flag_exits_2(tmp_path: Path, capsys):
+def test_bad_partition_account_or_max_pods_exits_2(tmp_path: Path, capsys):
     argv = ["serve", "--data-dir", str(tmp_path), "--partition", "a;b"]
     assert main(argv) == 2
     assert "--partition 'a;b'" in capsys.readouterr().err
+    assert main(["serve", "--data-dir", str(tmp_path), "--account", "x y"]) == 2
+    assert "--account 'x y'" in capsys.readouterr().err
+    assert main(["serve", "--data-dir", str(tmp_path), "--max-pods", "0"]) == 2
+    assert "--max-pods 0" in capsys.readouterr().err
+
+
+def test_max_pods_is_what_ping_reports(tmp_path: Path, monkeypatch):
+    from decice.interlink import slurm
+    from decice.interlink.jobscript import Runtime
+    from decice.interlink.plugin import Config, Plugin
+
+    monkeypatch.setattr(slurm, "default_partition", lambda: "p")
+    monkeypatch.setattr(
+        slurm,
+        "nodes",
+        lambda: slurm.parse_nodes(
+            "NodeName=n CPUTot=2 CPUAlloc=2 RealMemory=100 State=ALLOCATED Partitions=p"
+        ),
+    )
+    ping = Plugin(Config(tmp_path, Runtime("bare"), Defaults(), max_pods=7)).ping()
+    assert ping["resources"] == {"cpu": "0", "memory": "100Mi", "pods": "7"}
 
 
 def test_plugin_defaults_yield_to_pod_annotations(tmp_path: Path):

@@ -277,7 +277,7 @@ def test_ping_reports_free_resources_of_usable_nodes(plugin: Client):
         "resources": {
             "cpu": "7",
             "memory": "15000Mi",
-            "pods": "7",
+            "pods": "1000",
             "accelerators": [{"resourceType": "nvidia.com/gpu", "available": "1"}],
         },
     }

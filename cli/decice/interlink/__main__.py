@@ -39,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--partition", default="", help="SLURM partition (default: SLURM's)")
     serve.add_argument("--account", default="", help="SLURM account (default: none)")
     serve.add_argument("--runtime", choices=["auto", "apptainer", "bare"], default="auto")
+    serve.add_argument(
+        "--max-pods", type=int, default=1000, help="pods the node takes (ping), default 1000"
+    )
     serve.add_argument("--pidfile", type=Path, help="written while serving, removed on exit")
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     cancel = sub.add_parser("cancel-all", help="scancel every job of this data dir still queued")
@@ -107,7 +110,9 @@ def serve(args: argparse.Namespace) -> int:
     )
     if args.pidfile:
         _check_pidfile(args.pidfile)
-    plugin = Plugin(Config(data_dir, runtime, defaults))
+    if args.max_pods < 1:
+        raise UsageError(f"--max-pods {args.max_pods}: give a positive number")
+    plugin = Plugin(Config(data_dir, runtime, defaults, args.max_pods))
     plugin.ensure_dirs()
     server = make_server(plugin, listen, token)
     if args.pidfile:

@@ -37,6 +37,7 @@ class Config:
     data_dir: Path
     runtime: Runtime
     defaults: Defaults
+    max_pods: int = 1000  # PingResponse pods: jobs wait in SLURM's queue, not on the node
 
 
 class Plugin:
@@ -262,7 +263,7 @@ class Plugin:
         memory = sum(max(0, n.memory_mb - n.memory_alloc_mb) for n in nodes)
         gpus = sum(max(0, n.gpus - n.gpus_alloc) for n in nodes)
         accelerators = {"nvidia.com/gpu": str(gpus)} if gpus else {}
-        return api.ping_response(str(cpu), f"{memory}Mi", str(cpu), accelerators)
+        return api.ping_response(str(cpu), f"{memory}Mi", str(self.config.max_pods), accelerators)
 
     # ------------------------------------------------------------------ cancel-all
     def cancel_all(self, wait: float = 30.0) -> list[str]:
