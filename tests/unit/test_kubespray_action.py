@@ -260,6 +260,19 @@ def test_reset_without_an_earlier_deploy_does_nothing(tmp_path: Path) -> None:
     }
 
 
+def test_reset_without_cluster_hosts_does_nothing(tmp_path: Path) -> None:
+    """An inventory without Kubespray hosts (e.g. inventories/local) has nothing to reset,
+    even where a kubeconfig exists."""
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "kubeconfig").write_text("")
+    parsed = action.parse_args(_args(tmp_path, state="absent"), tmp_path)
+    empty = action.inventory_of({"kube_control_plane": []}, {}, set())
+    result = action.execute(
+        parsed, action.cluster_of(parsed), empty, check=False, progress=lambda _t: None
+    )
+    assert (result["changed"], result["msg"]) == (False, action.NO_HOSTS_TO_RESET)
+
+
 def test_deploy_refuses_hosts_without_baseline(tmp_path: Path) -> None:
     _baselines(tmp_path, "node1")
     result = _execute(tmp_path)

@@ -56,6 +56,11 @@ NO_DECICE = (
 )
 
 
+NO_HOSTS_TO_RESET = (
+    "no host in kube_control_plane, etcd or kube_node: no Kubespray cluster to reset"
+)
+
+
 class ArgumentError(ValueError):
     """A bad task argument: the message names the argument and the fix."""
 
@@ -281,6 +286,9 @@ def execute(
     notes: list[str] = []
     result: dict[str, Any] = {"changed": False, "playbook": playbook, "notes": notes}
     try:
+        if parsed["state"] == "absent" and not inventory["all"]["hosts"]:
+            result["msg"] = NO_HOSTS_TO_RESET
+            return result
         if parsed["state"] == "absent" and not phases.ever_deployed(state_dir):
             result["msg"] = phases.NOTHING_TO_RESET
             return result
