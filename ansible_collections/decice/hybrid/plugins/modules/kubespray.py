@@ -30,9 +30,10 @@ description:
     O(state_dir) (C(baseline/<host>.json), the C(baseline) play of C(decice.hybrid.up));
     after C(cluster.yml) it writes the cluster-admin kubeconfig to O(kubeconfig) (0600,
     server - the first control plane as the controller reaches it)."
-  - O(state=absent) does nothing when no earlier run (CLI or this action) started Kubespray
-    for O(state_dir); after C(reset.yml) it removes O(kubeconfig), the API baseline and every
-    copy of Kubespray's C(admin.conf) in the state directory.
+  - O(state=absent) does nothing when the inventory has no Kubespray host, or when no earlier
+    run (CLI or this action) started Kubespray for O(state_dir); after C(reset.yml) it removes
+    O(kubeconfig), the API baseline and every copy of Kubespray's C(admin.conf) in the state
+    directory.
   - A run that stops at a file download fails with the file that is not in the mirror, where
     it was wanted and how to add it (C(decice mirror sync)); every failure says how far
     Kubespray got (its last play and task).
