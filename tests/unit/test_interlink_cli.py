@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from decice.interlink import slurm
 from decice.interlink.__main__ import detect_runtime, main
 from decice.interlink.api import parse_create
 from decice.interlink.errors import UsageError
-from decice.interlink.jobscript import Defaults, sbatch_options
+from decice.interlink.jobscript import Defaults, Runtime, sbatch_options
+from decice.interlink.plugin import Config, Plugin
 from decice.interlink.podspec import parse_pod
 
 pytestmark = pytest.mark.unit
@@ -70,10 +72,6 @@ def test_bad_partition_account_or_max_pods_exits_2(tmp_path: Path, capsys):
 
 
 def test_max_pods_is_what_ping_reports(tmp_path: Path, monkeypatch):
-    from decice.interlink import slurm
-    from decice.interlink.jobscript import Runtime
-    from decice.interlink.plugin import Config, Plugin
-
     monkeypatch.setattr(slurm, "default_partition", lambda: "p")
     monkeypatch.setattr(
         slurm,

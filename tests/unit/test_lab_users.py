@@ -36,3 +36,30 @@ def test_shared_dir_is_owned_by_the_lab_user(tmp_path: Path):
     assert (path.stat().st_uid, path.stat().st_gid) == (1500, 1500)
     assert path.stat().st_mode & 0o777 == 0o755
     assert users.shared_mount(tmp_path) == f"{path}:/shared"
+
+
+def test_a_lab_recorded_without_user_and_shared_dir_is_not_healthy(tmp_path: Path):
+    from decice.lab.lab import _healthy
+    from decice.lab.model import LabInfo, LabNode
+
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    info = LabInfo(
+        name="x",
+        nodes=[LabNode("node1", "10.0.0.11", "x-node1", state="running")],
+        network="x-net",
+        subnet="10.0.0.0/24",
+        image="img",
+        state_dir=str(tmp_path),
+        inventory="i",
+        ssh_config="s",
+        ssh_key="k",
+        known_hosts=str(known),
+    )
+    assert not _healthy(info)  # made before labs had user decice and /shared: recreated
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    with_shared = LabInfo(**{**info.to_dict(), "nodes": info.nodes, "shared_dir": str(shared)})
+    assert _healthy(with_shared)
+    shared.rmdir()
+    assert not _healthy(with_shared)
