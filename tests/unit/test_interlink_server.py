@@ -204,7 +204,9 @@ def test_delete_cancels_the_running_job(plugin: Client, fake_slurm: Env):
     pid = int((fake_slurm.registry / "1.pid").read_text())
     wait_for("the job's process to end", lambda: not Path(f"/proc/{pid}").exists(), timeout=10)
     assert plugin.call("GET", "/status", [p]) == (200, [])
-    code, text = plugin.call("POST", "/delete", p)  # again: nothing to do, no error
+    assert not (fake_slurm.data / "jobs" / f"hpc-{uid(5)}").exists()
+    assert not (fake_slurm.data / "state" / f"hpc-{uid(5)}.json").exists()
+    code, text = plugin.call("DELETE", "/delete", p)  # again: nothing to do, no error
     assert code == 200 and "not known" in text
 
 
@@ -282,6 +284,7 @@ def test_ping_reports_free_resources_of_usable_nodes(plugin: Client):
         },
     }
     assert plugin.call("GET", "/status", []) == (200, expected)
+    assert plugin.call("POST", "/status", []) == (200, expected)
     assert plugin.call("GET", "/ping") == (200, expected)
 
 
