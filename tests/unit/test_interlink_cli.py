@@ -17,6 +17,7 @@ from decice.interlink.errors import UsageError
 from decice.interlink.jobscript import Defaults, Runtime, sbatch_options
 from decice.interlink.plugin import Config, Plugin
 from decice.interlink.podspec import parse_pod
+from decice.interlink.store import SUBMITTED, Entry
 
 pytestmark = pytest.mark.unit
 
@@ -82,6 +83,36 @@ def test_max_pods_is_what_ping_reports(tmp_path: Path, monkeypatch):
     )
     ping = Plugin(Config(tmp_path, Runtime("bare"), Defaults(), max_pods=7)).ping()
     assert ping["resources"] == {"cpu": "0", "memory": "100Mi", "pods": "7"}
+
+
+def test_ping_counts_what_the_plugins_own_jobs_hold_as_capacity(tmp_path: Path, monkeypatch):
+    # other users' jobs shrink the virtual node; this plugin's own do not (the pods bound
+    # to the node are counted by the scheduler already)
+    monkeypatch.setattr(slurm, "default_partition", lambda: "p")
+    monkeypatch.setattr(
+        slurm,
+        "nodes",
+        lambda: slurm.parse_nodes(
+            "NodeName=n CPUTot=8 CPUAlloc=5 RealMemory=4096 AllocMem=3072 Gres=gpu:2 "
+            "GresUsed=gpu:2 State=MIXED Partitions=p"
+        ),
+    )
+    monkeypatch.setattr(
+        slurm,
+        "allocations",
+        lambda: slurm.parse_allocations(
+            "JobId=41 JobState=RUNNING AllocTRES=cpu=2,mem=1G,node=1,gres/gpu=1\n"
+            "JobId=42 JobState=RUNNING AllocTRES=cpu=3,mem=2048M,node=1,gres/gpu=1\n"
+            "JobId=43 JobState=PENDING AllocTRES=\n"
+        ),
+    )
+    plugin = Plugin(Config(tmp_path, Runtime("bare"), Defaults(), max_pods=7))
+    plugin.ensure_dirs()
+    assert plugin.ping()["resources"]["cpu"] == "3"  # nothing of its own yet
+    plugin.store.put(Entry("a", "default", "u1", str(tmp_path), state=SUBMITTED, jid="41"))
+    resources = plugin.ping()["resources"]
+    assert (resources["cpu"], resources["memory"]) == ("5", "2048Mi")
+    assert resources["accelerators"] == [{"resourceType": "nvidia.com/gpu", "available": "1"}]
 
 
 def test_plugin_defaults_yield_to_pod_annotations(tmp_path: Path):

@@ -254,7 +254,11 @@ class Plugin:
 
     # ------------------------------------------------------------------ ping
     def ping(self) -> dict[str, Any]:
-        """PingResponse: the partition's free cpu, memory, GPUs (usable nodes only)."""
+        """PingResponse: what the partition can give this plugin's pods (usable nodes only).
+
+        That is its free cpu, memory and GPUs plus what this plugin's own running jobs
+        hold: the virtual node's capacity must not shrink by the pods already bound to it
+        (a scheduler counts those itself), only by other users' jobs."""
         partition = self.config.defaults.partition or slurm.default_partition()
         nodes = [
             n for n in slurm.nodes() if n.usable and (not partition or partition in n.partitions)
@@ -262,6 +266,13 @@ class Plugin:
         cpu = sum(max(0, n.cpus - n.cpus_alloc) for n in nodes)
         memory = sum(max(0, n.memory_mb - n.memory_alloc_mb) for n in nodes)
         gpus = sum(max(0, n.gpus - n.gpus_alloc) for n in nodes)
+        mine = {e.jid for e in self.store.all() if e.jid}
+        if mine:
+            held = [a for jid, a in slurm.allocations().items() if jid in mine]
+            cpu += sum(a.cpus for a in held)
+            if any(n.memory_alloc_mb for n in nodes):  # memory is a consumable resource
+                memory += sum(a.memory_mb for a in held)
+            gpus += sum(a.gpus for a in held)
         accelerators = {"nvidia.com/gpu": str(gpus)} if gpus else {}
         return api.ping_response(str(cpu), f"{memory}Mi", str(self.config.max_pods), accelerators)
 

@@ -187,3 +187,42 @@ def parse_default_partition(text: str) -> str:
 
 def default_partition() -> str:
     return parse_default_partition(_run(["scontrol", "-o", "show", "partition"]).stdout)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    cpus: int
+    memory_mb: int
+    gpus: int
+
+
+def _memory_mb(text: str) -> int:
+    """SLURM's TRES memory ("512M", "2G", "1.5T", plain megabytes) in MiB."""
+    match = re.fullmatch(r"([0-9.]+)([KMGTP]?)", text.strip().upper())
+    if not match:
+        return 0
+    factor = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
+    return int(float(match.group(1)) * factor[match.group(2)])
+
+
+def parse_allocations(text: str) -> dict[str, Allocation]:
+    """The running jobs of ``scontrol -o show job`` and what each holds (its AllocTRES)."""
+    out = {}
+    for line in text.splitlines():
+        kv = _kv(line)
+        if kv.get("JobState") != "RUNNING" or "JobId" not in kv:
+            continue
+        tres = dict(
+            item.partition("=")[::2] for item in kv.get("AllocTRES", "").split(",") if "=" in item
+        )
+        out[kv["JobId"]] = Allocation(
+            cpus=_int(tres.get("cpu")),
+            memory_mb=_memory_mb(tres.get("mem", "0")),
+            gpus=_int(tres.get("gres/gpu")),
+        )
+    return out
+
+
+def allocations() -> dict[str, Allocation]:
+    """What each running job the user can see holds (scontrol -o show job)."""
+    return parse_allocations(_run(["scontrol", "-o", "show", "job"]).stdout)
