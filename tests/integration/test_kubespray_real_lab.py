@@ -7,7 +7,9 @@ at the first file download, which the test's mirror (Kubespray's source only) la
 exit 1 with "not in the mirror" naming the file and `decice mirror sync`, well under
 10 minutes, and the run record saying how far Kubespray got. Lab nodes share this
 machine's kernel: its swap, the sysctls Kubespray sets and the modules it loads must be
-the same afterwards. Then `decice reset --yes` runs the real reset.yml (HPC-safe vars):
+the same afterwards. Plain `ansible-playbook -i <lab inventory> playbooks/up.yml --tags
+kubernetes` (the role's decice.hybrid.kubespray action, decice's same Kubespray code) must
+stop at the same file. Then `decice reset --yes` runs the real reset.yml (HPC-safe vars):
 ssh to every node still works and `decice verify` is clean.
 
 The lab is the test's own (the session's plain lab has 2 nodes, the issue asks for 3);
@@ -17,8 +19,10 @@ it is destroyed at the end.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -130,6 +134,36 @@ def _mirror(tmp_path: Path) -> Path:
     return mirror
 
 
+def plain_kubernetes(work: Path, name: str, mirror: Path) -> subprocess.CompletedProcess[str]:
+    """`ansible-playbook -i <lab inventory> playbooks/up.yml --tags kubernetes` (the role runs
+    the decice.hybrid.kubespray action: decice's Kubespray code) on the CLI's state dir."""
+    info = lab.status(name, work / ".decice")
+    assert info is not None
+    return subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            info.inventory,
+            "playbooks/up.yml",
+            "--tags",
+            "kubernetes",
+            "-e",
+            json.dumps(
+                {
+                    "decice_state_dir": str(work / ".decice"),
+                    "kubernetes_mirror": str(mirror),
+                    "kubernetes_target": "lab",
+                }
+            ),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=UP_LIMIT_S,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
+    )
+
+
 def test_real_kubespray_reaches_the_download_stage_and_resets(tmp_path: Path) -> None:
     require_lab_prerequisites()
     require((MIRROR / "kubespray" / "SHA256SUMS").is_file(), f"the upstream mirror {MIRROR}")
@@ -188,6 +222,16 @@ def test_real_kubespray_reaches_the_download_stage_and_resets(tmp_path: Path) ->
         assert "RETRYING: [node1]: Download_file | Download item" not in output
 
         assert after_up == before, "Kubespray changed this machine's kernel (lab nodes share it)"
+
+        # the same engine through plain Ansible: the kubernetes role's decice.hybrid.kubespray
+        plain = plain_kubernetes(work, name, mirror)
+        assert plain.returncode != 0, plain.stdout[-3000:]
+        assert "Traceback" not in plain.stdout + plain.stderr, plain.stderr[-3000:]
+        shown = " ".join(plain.stdout.split())
+        assert "is not in the mirror" in shown and missing.group(1) in shown, shown[-3000:]
+        assert "decice mirror sync" in shown
+        assert "task 'Download_file | Download item'" in shown
+        assert host_kernel() == before
 
         reset = run_decice(work, "reset", "--yes", "--json", timeout=900)
         assert "Traceback" not in reset.stderr, reset.stderr
