@@ -1,12 +1,16 @@
 """The plugin as a supervised process of the login user (decice.hybrid.interlink).
 
 Run by the login host's python3, stdlib only:
-    probe [DIR]                        -> JSON: uid, user, home, python, systemd_user, address,
-                                          and DIR's topmost missing ancestor ("" if DIR exists)
-    status PIDFILE MARKER              -> the pid of the running plugin, or nothing
+    inspect ROOT NODE DATA_DIR         -> JSON (read-only): who and where (uid, user, home,
+                                          python, systemd_user, address), the endpoint's
+                                          paths and state (venv, plugin, wheels, pid, marker)
+    prepare ROOT NODE DATA_DIR         -> the same after creating the install directories and
+                                          a missing DATA_DIR (0700; remembered in the marker);
+                                          nothing is made for root or a Python before 3.11
     start PIDFILE LOG ARGV...          -> start ARGV in a new session (pidfile = its pid)
     stop PIDFILE MARKER                -> SIGTERM, wait, SIGKILL; prints the pid it stopped
-    leftovers MARKER...                -> "pid: command" of this user's processes naming a MARKER
+    leftovers MARKER... -- PATH...     -> "process pid: command" of this user's processes naming
+                                          a MARKER, "file PATH" of each PATH that exists
 A process counts as the plugin only when its command line names MARKER (the install
 directory), so a reused pid is never signalled.
 """
@@ -47,40 +51,74 @@ def _top_missing(path: str) -> str:
     return top
 
 
-def probe(directory: str) -> None:
+def _systemd_user(user: str, runtime: str) -> bool:
+    if not (os.path.exists(f"/var/lib/systemd/linger/{user}") and os.path.isdir(runtime)):
+        return False
+    try:
+        done = subprocess.run(
+            ["systemctl", "--user", "show-environment"],
+            env={**os.environ, "XDG_RUNTIME_DIR": runtime},
+            capture_output=True,
+            timeout=15,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def inspect(root: str, node: str, data_dir: str, *, prepare: bool = False) -> None:
     uid = os.getuid()
     user = pwd.getpwuid(uid).pw_name
+    home = os.path.expanduser("~")
+    root = root if root.startswith("/") else os.path.join(home, root)
+    directory = os.path.join(root, node)
+    marker = os.path.join(directory, "data_dir.created")
     runtime = f"/run/user/{uid}"
-    systemd_user = False
-    if os.path.exists(f"/var/lib/systemd/linger/{user}") and os.path.isdir(runtime):
-        try:
-            systemd_user = (
-                subprocess.run(
-                    ["systemctl", "--user", "show-environment"],
-                    env={**os.environ, "XDG_RUNTIME_DIR": runtime},
-                    capture_output=True,
-                    timeout=15,
-                    check=False,
-                ).returncode
-                == 0
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            systemd_user = False
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    changed = False
+    if prepare and uid != 0 and sys.version_info >= (3, 11):
+        for path in (root, directory, os.path.join(directory, "dist")):
+            if not os.path.isdir(path):
+                os.makedirs(path, mode=0o700)
+                os.chmod(path, 0o700)
+                changed = True
+        top = _top_missing(data_dir)
+        if top:
+            os.makedirs(data_dir, mode=0o700)
+            with open(marker, "w", encoding="utf-8") as handle:
+                handle.write(top + "\n")
+            os.chmod(marker, 0o600)
+            changed = True
+    try:
+        with open(marker, encoding="utf-8") as handle:
+            created = handle.read().strip()
+    except OSError:
+        created = ""
+    dist = os.path.join(directory, "dist")
     ssh = os.environ.get("SSH_CONNECTION", "").split()
-    print(
-        json.dumps(
-            {
-                "uid": uid,
-                "user": user,
-                "home": os.path.expanduser("~"),
-                "python": f"{sys.version_info[0]}.{sys.version_info[1]}",
-                "systemd_user": systemd_user,
-                "runtime_dir": runtime,
-                "address": ssh[2] if len(ssh) >= 4 else "",
-                "missing": _top_missing(directory) if directory else "",
-            }
-        )
-    )
+    result = {
+        "uid": uid,
+        "user": user,
+        "home": home,
+        "python": python,
+        "systemd_user": _systemd_user(user, runtime),
+        "runtime_dir": runtime,
+        "address": ssh[2] if len(ssh) >= 4 else "",
+        "root": root,
+        "dir": directory,
+        "changed": changed,
+        "data_dir_ok": os.path.isdir(data_dir) and os.access(data_dir, os.W_OK | os.X_OK),
+        "data_dir_exists": os.path.lexists(data_dir),
+        "data_dir_created": created,
+        "venv": os.path.exists(os.path.join(directory, "venv", "bin", "python")),
+        "plugin": os.path.exists(os.path.join(directory, "venv", "bin", "decice-interlink-slurm")),
+        "wheels": sorted(n for n in os.listdir(dist) if n.endswith(".whl"))
+        if os.path.isdir(dist)
+        else [],
+        "pid": _running(os.path.join(directory, "plugin.pid"), directory),
+    }
+    print(json.dumps(result))
 
 
 def start(pidfile: str, log: str, argv: list[str]) -> None:
@@ -127,7 +165,7 @@ def stop(pidfile: str, marker: str) -> None:
         pass
 
 
-def leftovers(markers: list[str]) -> None:
+def leftovers(markers: list[str], paths: list[str]) -> None:
     uid = os.getuid()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
@@ -139,22 +177,23 @@ def leftovers(markers: list[str]) -> None:
             continue
         line = _cmdline(int(entry))
         if any(marker in line for marker in markers):
-            print(f"{entry}: {line.strip()[:200]}")
+            print(f"process {entry}: {line.strip()[:200]}")
+    for path in paths:
+        if os.path.lexists(path):
+            print(f"file {path}")
 
 
 def main() -> None:
     command, args = sys.argv[1], sys.argv[2:]
-    if command == "probe":
-        probe(args[0] if args else "")
-    elif command == "status":
-        pid = _running(args[0], args[1])
-        print(pid or "")
+    if command in ("inspect", "prepare"):
+        inspect(args[0], args[1], args[2], prepare=command == "prepare")
     elif command == "start":
         start(args[0], args[1], args[2:])
     elif command == "stop":
         stop(args[0], args[1])
     elif command == "leftovers":
-        leftovers(args)
+        split = args.index("--") if "--" in args else len(args)
+        leftovers(args[:split], args[split + 1 :])
     else:
         sys.exit(f"unknown command {command!r}")
 
