@@ -197,7 +197,8 @@ def inventory_of(
     """
     from decice import inventory as decice_inventory
 
-    members = {group: list(groups.get(group) or []) for group in GROUPS}
+    # plain str: Ansible 2.19 hands out tagged str subclasses that YAML cannot represent
+    members = {group: [str(h) for h in groups.get(group) or []] for group in GROUPS}
     hosts: dict[str, Any] = {}
     for name in dict.fromkeys(h for g in CLUSTER_GROUPS for h in members[g]):
         view = hostvars[name]
