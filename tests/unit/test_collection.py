@@ -214,7 +214,7 @@ def test_phase_contract_as_ansible_sees_it(name: str) -> None:
 @pytest.mark.parametrize("target", ["playbooks/up.yml", "decice.hybrid.up"])
 def test_versions_resolve_when_imported_and_when_run_directly(target: str) -> None:
     """vars_files finds vars/versions.yml through the wrapper and as a collection playbook;
-    the placeholder add-on role says plainly that it installed nothing."""
+    interlink without endpoints says plainly that it installed nothing."""
     versions = yaml.safe_load((COLLECTION / "vars" / "versions.yml").read_text())["decice_versions"]
     result = _run(
         _tool("ansible-playbook"),
@@ -223,18 +223,18 @@ def test_versions_resolve_when_imported_and_when_run_directly(target: str) -> No
         target,
         "--tags",
         "addons",
-        # the real add-ons need a cluster; this test is about the placeholders and the pins
+        # the real add-ons need a cluster; this test is about the pins and interlink's message
         "-e",
         '{"volcano_enabled": false, "kubeflow_enabled": false, "kubeedge_enabled": false,'
         ' "sedna_enabled": false}',
     )
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
-    for role, component in (("interlink", "interlink"),):
-        expected = (
-            f"decice.hybrid.{role}: not implemented yet - nothing was installed"
-            f" (pinned: {versions[component]['version']})"
-        )
-        assert expected in result.stdout
+    assert versions["interlink"]["version"]
+    # interlink is on, with no endpoints: it says so and changes nothing
+    expected = (
+        "decice.hybrid.interlink: no addons.interlink.endpoints in the spec - nothing to install"
+    )
+    assert expected in result.stdout
     assert _recap(result.stdout)["changed"] == 0
 
 
