@@ -152,6 +152,10 @@ def list_downloads(
             argv,
             cwd=cwd,
             env={**os.environ, **env},
+            # never the caller's stdin: ansible-core refuses a non-blocking one ("Ansible
+            # requires blocking IO"), which is what an Ansible worker (the collection's
+            # decice.hybrid.kubespray action) has
+            stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
             timeout=LIST_TIMEOUT_S,

@@ -98,6 +98,7 @@ def _build(path: Path, requirements: Path, python: str) -> None:
             try:
                 done = subprocess.run(
                     argv,
+                    stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     timeout=PIP_TIMEOUT_S,
