@@ -346,6 +346,27 @@ def test_success_and_reset_go_through_decice(
     assert (down["changed"], down["msg"]) == (True, "kubespray v2.29.1 reset.yml")
 
 
+def test_the_downloads_listing_never_inherits_stdin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An Ansible worker's stdin is non-blocking, which ansible-core refuses ("Ansible
+    requires blocking IO"): the listing behind "not in the mirror" must not inherit it."""
+    from decice.kubespray import downloads
+
+    seen: dict[str, Any] = {}
+
+    def fake_run(argv: list[str], **kw: Any) -> Any:
+        seen.update(kw)
+        raise subprocess.CalledProcessError(1, argv)
+
+    monkeypatch.setattr(downloads.subprocess, "run", fake_run)
+    listed = downloads.list_downloads(
+        tmp_path / "ansible-playbook", {}, tmp_path, tmp_path / "all.yml", tmp_path
+    )
+    assert listed == {}
+    assert seen["stdin"] == subprocess.DEVNULL
+
+
 # ---------------------------------------------------------------- the plugin's entry
 
 
