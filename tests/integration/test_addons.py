@@ -1,12 +1,14 @@
 """The add-on engine with the REAL upstream charts (../shared/mirror) on a real 1.20 apiserver.
 
-Volcano 1.15.1 and Kubeflow Trainer 2.3.0 (+JobSet) go through the collection's
+Volcano 1.15.1 and Kubeflow Trainer 2.3.0 (+JobSet): one lifecycle drives the whole CLI
+on its own sim; the fault cases that need no install go through the collection's
 playbooks (the plain `ansible-playbook` way in, the same engine the CLI drives) on the
-session's sim control plane; one test drives the whole CLI on its own sim. Fault cases:
-a release left pending-install by a killed helm, a custom resource whose finalizer's
-controller is gone, a webhook left behind with failurePolicy Fail, a chart whose
-sha256 does not match the pin. Zero leftovers are checked twice: by decice's own scan
-(down fails otherwise) and by this file's independent before/after diff over discovery.
+session's sim control plane. Fault cases: a release left pending-install by a killed
+helm, an upgrade killed mid-way, a custom resource whose finalizer's controller is gone,
+a webhook left behind with failurePolicy Fail, a chart whose sha256 does not match the
+pin. Zero leftovers are checked three times: by decice's own scan (down fails otherwise),
+by `verify --only cluster` and by this file's independent before/after diff over
+discovery.
 """
 
 from __future__ import annotations
@@ -127,93 +129,6 @@ def env(
         yield env
 
 
-def test_volcano_and_trainer_up_idempotent_down_zero_leftovers(env: dict[str, Any]) -> None:
-    kc, helm, api = env["kubeconfig"], env["helm"], env["api"]
-    both = _vars(env["tmp"], kc, helm, MIRROR, ("volcano", "kubeflow"))
-    before = _api_objects(api)
-
-    # a killed install left the release pending-install: `up` must complete it anyway
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": "volcano-system"}})
-    chart = MIRROR / "charts" / "volcano-1.15.1.tgz"
-    _kill_helm_in(helm, kc, "pending-install", "install", "volcano", str(chart))
-
-    rc, out, stats = _play("up", both)
-    assert rc == 0, out[-6000:]
-    assert stats["changed"] > 0
-    # ready = also a ready endpoint behind each service the add-on's webhooks call
-    endpoints = client.CoreV1Api(api).read_namespaced_endpoints(
-        "volcano-admission-service", "volcano-system"
-    )
-    assert any(subset.addresses for subset in endpoints.subsets or []), "up ended before it"
-    assert _release_status(helm, kc, "volcano", "volcano-system") == "deployed"
-    assert _release_status(helm, kc, "kubeflow-trainer", "kubeflow-system") == "deployed"
-    ext = client.ApiextensionsV1Api(api)
-    crds = {c.metadata.name for c in ext.list_custom_resource_definition().items}
-    assert {"queues.scheduling.volcano.sh", "trainjobs.trainer.kubeflow.org"} <= crds
-    assert "jobsets.jobset.x-k8s.io" in crds  # from the subchart's crds/, adapted by decice
-    runtimes = dynamic.DynamicClient(api).resources.get(
-        api_version="trainer.kubeflow.org/v1alpha1", kind="ClusterTrainingRuntime"
-    )
-    assert [r.metadata.name for r in runtimes.get().items] == ["torch-distributed"]
-
-    installed = _api_objects(api) - before
-    # the independent diff sees what the add-ons brought (else "no leftovers" proves nothing)
-    assert ("v1", "Namespace", "", "volcano-system") in installed
-    kinds = {(kind, name) for _, kind, _, name in installed}
-    assert ("CustomResourceDefinition", "queues.scheduling.volcano.sh") in kinds
-    assert any(kind == "Deployment" and ns == "kubeflow-system" for _, kind, ns, _ in installed)
-
-    rc, out, stats = _play("up", both)
-    assert rc == 0, out[-6000:]
-    assert stats["changed"] == 0, "a second up changed something"
-    history = _helm(helm, kc, "history", "volcano", "-n", "volcano-system", "-o", "json")
-    assert len(json.loads(history.stdout)) == 1, "a second up made a new helm revision"
-
-    # an upgrade killed while helm waits leaves the release pending-upgrade (helm then
-    # refuses every operation on it): `up` must roll it back and complete
-    _kill_helm_in(
-        helm, kc, "pending-upgrade", "upgrade", "volcano", str(chart), "--reuse-values",
-        "--set", "custom.scheduler_ns.decice=nowhere",
-    )  # fmt: skip
-    rc, out, _ = _play("up", _vars(env["tmp"], kc, helm, MIRROR, ("volcano",)))
-    assert rc == 0, out[-6000:]
-    history = _helm(helm, kc, "history", "volcano", "-n", "volcano-system", "-o", "json")
-    assert "Rollback to 1" in [rev["description"] for rev in json.loads(history.stdout)]
-    assert _release_status(helm, kc, "volcano", "volcano-system") == "deployed"
-    scheduler = client.AppsV1Api(api).read_namespaced_deployment(
-        "volcano-scheduler", "volcano-system"
-    )
-    assert not (scheduler.spec.template.spec.node_selector or {}).get("decice")
-
-    # a custom resource held by a finalizer whose controller will be gone
-    commands = dynamic.DynamicClient(api).resources.get(
-        api_version="bus.volcano.sh/v1alpha1", kind="Command"
-    )
-    commands.create(
-        body={
-            "apiVersion": "bus.volcano.sh/v1alpha1",
-            "kind": "Command",
-            "metadata": {
-                "name": "held",
-                "namespace": "volcano-system",
-                "finalizers": ["example.org/hold"],
-            },
-            "action": "AbortJob",
-        },
-        namespace="volcano-system",
-    )
-
-    rc, out, _ = _play("down", both)
-    assert rc == 0, out[-6000:]
-    assert "Fail on leftovers" in out  # decice's own scan ran (and found none)
-    after = _api_objects(api)
-    assert after - before == set(), f"left behind: {sorted(after - before)}"
-    reports = sorted(p.name for p in (env["tmp"] / "state" / "addons").glob("*adapted*"))
-    assert reports == [], f"sim adaptation reports left in the state dir: {reports}"
-    rc, out, _ = _play("down", both)
-    assert rc == 0, "down twice: " + out[-4000:]
-
-
 def test_down_with_nothing_installed(env: dict[str, Any]) -> None:
     varfile = _vars(env["tmp"], env["kubeconfig"], env["helm"], MIRROR, ("volcano", "kubeflow"))
     rc, out, stats = _play("down", varfile)
@@ -283,10 +198,28 @@ def test_checksum_mismatch_stops_before_anything_is_installed(env: dict[str, Any
     assert "volcano-system" not in names
 
 
-def test_cli_up_records_versions_and_sha256_down_reset_verify(tmp_path: Path, mirror: Path) -> None:
-    """The acceptance path: `decice up` on the sim with volcano and kubeflow from the mirror."""
+def _decice(cwd: Path, *args: str, timeout: float = 1200) -> dict[str, Any]:
+    done = run_decice(cwd, *args, "--json", timeout=timeout)
+    assert done.returncode == 0, f"decice {' '.join(args)}: " + done.stderr[-4000:]
+    record: dict[str, Any] = json.loads(done.stdout)
+    assert record["status"] == "ok", record.get("failures") or record.get("not_done")
+    return record
+
+
+def test_cli_up_idempotent_recovers_down_zero_leftovers_reset_verify(
+    tmp_path: Path, mirror: Path, sim_binaries: BinarySet
+) -> None:
+    """The acceptance path, one lifecycle: `decice up` on the sim with volcano and kubeflow
+    from the mirror completes a release a killed helm left pending-install, records
+    versions and sha256; a second up changes nothing; an upgrade killed mid-way is rolled
+    back by the next up; down removes a custom resource whose finalizer's controller is
+    gone and leaves nothing (decice's scan, `verify --only cluster`, an independent diff);
+    verify names a planted leftover; reset takes the cluster and its API baseline."""
+    from kubernetes import config
+
     from decice import versions
 
+    require(Path(POST_RENDERER).is_file(), f"{POST_RENDERER} (pip install -e .)")
     spec = tmp_path / "decice.yaml"
     spec.write_text(
         "name: addons-cli\ntarget: sim\n"
@@ -295,28 +228,103 @@ def test_cli_up_records_versions_and_sha256_down_reset_verify(tmp_path: Path, mi
         "  sedna: {enabled: false}\n  interlink: {enabled: false}\n  kubeflow: {enabled: true}\n"
         f"mirror:\n  path: {mirror}\n"
     )
+    state = tmp_path / ".decice"
+    kc, helm = state / "kubeconfig", sim_binaries.path("helm")
     try:
-        up = run_decice(tmp_path, "up", "--json", timeout=1200)
-        assert up.returncode == 0, up.stderr[-4000:]
-        record = json.loads(up.stdout)
-        assert record["status"] == "ok", record["failures"] or record["not_done"]
+        _decice(tmp_path, "up", "--skip", "addons")
+        api = config.new_client_from_config(str(kc))
+        before = _api_objects(api)
+
+        # a killed install left the release pending-install: `up` must complete it anyway
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": "volcano-system"}})
+        chart = mirror / "charts" / "volcano-1.15.1.tgz"
+        _kill_helm_in(helm, kc, "pending-install", "install", "volcano", str(chart))
+
+        record = _decice(tmp_path, "up")
         pinned = versions.pinned()
         for name, key in (("volcano", "volcano"), ("kubeflow", "kubeflow_trainer")):
             assert record["installed"][name]["sha256"] == pinned[key]["artifact"]["sha256"]
             assert record["installed"][name]["version"] == pinned[key]["version"]
             assert record["verified"][name].count("not possible on sim") == 1
         assert record["installed"]["volcano"]["adapted_for_sim"], "the sim adaptation is listed"
-        down = run_decice(tmp_path, "down", "--json", timeout=900)
-        assert down.returncode == 0, down.stderr[-4000:]
-        assert json.loads(down.stdout)["status"] == "ok"
+        # ready = also a ready endpoint behind each service the add-on's webhooks call
+        endpoints = client.CoreV1Api(api).read_namespaced_endpoints(
+            "volcano-admission-service", "volcano-system"
+        )
+        assert any(subset.addresses for subset in endpoints.subsets or []), "up ended before it"
+        assert _release_status(helm, kc, "volcano", "volcano-system") == "deployed"
+        assert _release_status(helm, kc, "kubeflow-trainer", "kubeflow-system") == "deployed"
+        ext = client.ApiextensionsV1Api(api)
+        crds = {c.metadata.name for c in ext.list_custom_resource_definition().items}
+        assert {"queues.scheduling.volcano.sh", "trainjobs.trainer.kubeflow.org"} <= crds
+        assert "jobsets.jobset.x-k8s.io" in crds  # from the subchart's crds/, adapted by decice
+        runtimes = dynamic.DynamicClient(api).resources.get(
+            api_version="trainer.kubeflow.org/v1alpha1", kind="ClusterTrainingRuntime"
+        )
+        assert [r.metadata.name for r in runtimes.get().items] == ["torch-distributed"]
+
+        installed = _api_objects(api) - before
+        # the independent diff sees what the add-ons brought (else "no leftovers" proves nothing)
+        assert ("v1", "Namespace", "", "volcano-system") in installed
+        kinds = {(kind, name) for _, kind, _, name in installed}
+        assert ("CustomResourceDefinition", "queues.scheduling.volcano.sh") in kinds
+        assert any(kind == "Deployment" and ns == "kubeflow-system" for _, kind, ns, _ in installed)
+
+        again = _decice(tmp_path, "up", "--only", "addons")
+        assert again["stats"], again
+        changed = {host: counts["changed"] for host, counts in again["stats"].items()}
+        assert set(changed.values()) == {0}, f"a second up changed something: {changed}"
+        history = _helm(helm, kc, "history", "volcano", "-n", "volcano-system", "-o", "json")
+        assert len(json.loads(history.stdout)) == 1, "a second up made a new helm revision"
+
+        # an upgrade killed while helm waits leaves the release pending-upgrade (helm then
+        # refuses every operation on it): `up` must roll it back and complete
+        _kill_helm_in(
+            helm, kc, "pending-upgrade", "upgrade", "volcano", str(chart), "--reuse-values",
+            "--set", "custom.scheduler_ns.decice=nowhere",
+        )  # fmt: skip
+        _decice(tmp_path, "up", "--only", "addons")
+        history = _helm(helm, kc, "history", "volcano", "-n", "volcano-system", "-o", "json")
+        assert "Rollback to 1" in [rev["description"] for rev in json.loads(history.stdout)]
+        assert _release_status(helm, kc, "volcano", "volcano-system") == "deployed"
+        scheduler = client.AppsV1Api(api).read_namespaced_deployment(
+            "volcano-scheduler", "volcano-system"
+        )
+        assert not (scheduler.spec.template.spec.node_selector or {}).get("decice")
+
+        # a custom resource held by a finalizer whose controller will be gone
+        commands = dynamic.DynamicClient(api).resources.get(
+            api_version="bus.volcano.sh/v1alpha1", kind="Command"
+        )
+        commands.create(
+            body={
+                "apiVersion": "bus.volcano.sh/v1alpha1",
+                "kind": "Command",
+                "metadata": {
+                    "name": "held",
+                    "namespace": "volcano-system",
+                    "finalizers": ["example.org/hold"],
+                },
+                "action": "AbortJob",
+            },
+            namespace="volcano-system",
+        )
+
+        runs = state / "runs"
+        earlier_runs = set(runs.iterdir())
+        _decice(tmp_path, "down", timeout=900)
+        # decice's own scan ran (and found none): its task is in the down run's events
+        down_files = [p for d in runs.iterdir() if d not in earlier_runs for p in d.rglob("*")]
+        assert any(p.is_file() and b"Fail on leftovers" in p.read_bytes() for p in down_files)
+        after = _api_objects(api)
+        assert after - before == set(), f"left behind: {sorted(after - before)}"
+        reports = sorted(p.name for p in (state / "addons").glob("*adapted*"))
+        assert reports == [], f"sim adaptation reports left in the state dir: {reports}"
+        _decice(tmp_path, "down", timeout=900)  # down twice
 
         # `verify --only cluster`: the same API comparison, on demand; it fails on a planted
         # leftover (naming it) and passes once it is gone
-        from kubernetes import config
-
-        rbac = client.RbacAuthorizationV1Api(
-            config.new_client_from_config(str(tmp_path / ".decice" / "kubeconfig"))
-        )
+        rbac = client.RbacAuthorizationV1Api(api)
         rbac.create_cluster_role({"metadata": {"name": "decice-planted"}, "rules": []})
         dirty = run_decice(tmp_path, "verify", "--json", timeout=600)
         assert dirty.returncode == 1, dirty.stderr[-4000:]
