@@ -241,6 +241,7 @@ def test_cli_up_idempotent_recovers_down_zero_leftovers_reset_verify(
         _kill_helm_in(helm, kc, "pending-install", "install", "volcano", str(chart))
 
         record = _decice(tmp_path, "up")
+        assert sum(counts["changed"] for counts in record["stats"].values()) > 0, record["stats"]
         pinned = versions.pinned()
         for name, key in (("volcano", "volcano"), ("kubeflow", "kubeflow_trainer")):
             assert record["installed"][name]["sha256"] == pinned[key]["artifact"]["sha256"]

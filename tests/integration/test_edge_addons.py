@@ -163,6 +163,7 @@ def test_cli_up_idempotent_down_zero_leftovers_psk_nowhere(
         before = api_objects(api, NAMESPACES)
 
         record = _decice(tmp_path, "up", outputs=outputs)
+        assert sum(counts["changed"] for counts in record["stats"].values()) > 0, record["stats"]
         for name in ("kubeedge", "sedna"):
             assert record["installed"][name]["version"], record["installed"]
         assert "not possible on sim" in record["verified"]["kubeedge"], record["verified"]
