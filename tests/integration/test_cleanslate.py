@@ -4,7 +4,8 @@ On the session's SLURM lab (podman nodes), every decice command runs inside ``sa
 baseline -> prepare -> plant what a node has after Kubespray's cluster.yml (directories and
 files, unit files with a running unit, chains in iptables AND ip6tables with the jump rules
 to them, nftables tables, interfaces (bridge, vxlan, veth), tmpfs mounts under
-/var/lib/kubelet, a net.* sysctl, a package built here with dpkg-deb, the kube user and
+/var/lib/kubelet, a net.* sysctl, a package built here with dpkg-deb that starts its own
+service and makes its own system account as daemons' packages do, the kube user and
 kube-cert group) -> ``decice reset --yes`` (which ends with a verify phase, recorded) ->
 ``decice verify`` exits 0 -> one leftover of each kind -> ``decice verify`` exits 1 naming
 every one (kind, change, item). Twice in a row; the last reset leaves the nodes clean.
@@ -147,6 +148,9 @@ NAMED = (
     "mounts added /var/lib/kubelet/pods/x (tmpfs tmpfs)",
     "sysctls changed net.ipv4.conf.all.route_localnet (0 -> 1)",
     f"packages added {PACKAGE} (1.0 (all))",
+    f"services added {PACKAGE}.service (running enabled)",
+    f"users added {PACKAGE}",
+    f"groups added {PACKAGE}",
     "users added kube",
     "groups added kube-cert",
 )
@@ -258,6 +262,26 @@ def _build_package(where: Path) -> Path:
     doc = root / "usr" / "share" / "doc" / PACKAGE
     doc.mkdir(parents=True)
     (doc / "README").write_text("planted by tests/integration/test_cleanslate.py\n")
+    # as packages with a daemon do (polkitd, chrony): a system account made in postinst and
+    # never removed, a service enabled and started, its enable link removed on purge only
+    units = root / "lib" / "systemd" / "system"
+    units.mkdir(parents=True)
+    (units / f"{PACKAGE}.service").write_text(
+        f"[Service]\nUser={PACKAGE}\nExecStart=/bin/sleep infinity\n"
+        "[Install]\nWantedBy=multi-user.target\n"
+    )
+    scripts = {
+        "postinst": (
+            f"id -u {PACKAGE} >/dev/null 2>&1 || useradd -r -U -M -s /usr/sbin/nologin {PACKAGE}\n"
+            f"deb-systemd-helper enable {PACKAGE}.service\n"
+            f"systemctl daemon-reload && systemctl start {PACKAGE}.service\n"
+        ),
+        "postrm": f'[ "$1" != purge ] || deb-systemd-helper purge {PACKAGE}.service\n',
+    }
+    for name, body in scripts.items():
+        script = root / "DEBIAN" / name
+        script.write_text(f"#!/bin/sh\nset -e\n{body}")
+        script.chmod(0o755)
     deb = where / f"{PACKAGE}.deb"
     subprocess.run(
         ["dpkg-deb", "--build", "--root-owner-group", str(root), str(deb)],

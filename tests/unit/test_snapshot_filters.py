@@ -144,6 +144,34 @@ def test_a_section_an_old_baseline_lacks_is_not_compared() -> None:
         snap.snapshot_differences(old, new, ["nope"])
 
 
+def test_transient_entries_are_not_differences() -> None:
+    # a dangling unit reference and a login session's runtime dir: no host state
+    base = {
+        "services": ["ssh.service running enabled"],
+        "mounts": ["/ tmpfs overlay"],
+    }
+    now = {
+        "services": [
+            "ssh.service running enabled",
+            "apparmor.service stopped not-found",
+            "polkit.service running not-found",
+        ],
+        "mounts": ["/ tmpfs overlay", "/run/user/0 tmpfs tmpfs"],
+    }
+    assert snap.snapshot_diff(base, now) == {
+        "services": {"added": ["polkit.service running not-found"], "removed": []}
+    }
+    rows = snap.snapshot_differences(base, now)
+    assert [(r["kind"], r["change"], r["item"]) for r in rows] == [
+        ("services", "added", "polkit.service")
+    ]
+    # a unit that the baseline had and that is now only a reference is still a difference
+    gone = {"services": ["ssh.service stopped not-found"], "mounts": ["/ tmpfs overlay"]}
+    assert snap.snapshot_diff(base, gone) == {
+        "services": {"added": [], "removed": ["ssh.service running enabled"]}
+    }
+
+
 RULES = {
     "units": ["kubelet.service", "edgecore.service"],
     "mounts": ["/var/lib/kubelet", "/var/lib/kubelet/*"],

@@ -267,6 +267,21 @@ def host_snapshot(raw: Mapping[str, Any]) -> dict[str, list[str]]:
     return {name: sorted(entries) for name, entries in sections.items()}
 
 
+def _transient(section: str, entry: str) -> bool:
+    """Entries that describe a moment, not the host: left out of every comparison.
+
+    A service ``stopped not-found`` has no unit file and no process: systemd only keeps
+    a reference to it in memory (a unit that names it, a user session's ``user@.service``)
+    until it reloads. ``/run/user/<uid>`` is the runtime dir of a login session (the
+    SSH connection that observes the host may hold one).
+    """
+    if section == "services":
+        return entry.endswith(" stopped not-found")
+    if section == "mounts":
+        return entry.startswith("/run/user/")
+    return False
+
+
 def snapshot_diff(
     baseline: Mapping[str, Any],
     current: Mapping[str, Any],
@@ -276,12 +291,13 @@ def snapshot_diff(
 
     Only sections with a difference appear; an empty result means a clean slate.
     ``sections`` limits the comparison (default: every known section); a section that
-    one side lacks (a baseline taken by an older version) is not compared.
+    one side lacks (a baseline taken by an older version) is not compared, nor are
+    transient entries (:func:`_transient`).
     """
     diff: dict[str, dict[str, list[str]]] = {}
     for name in _compared(baseline, current, sections):
-        before = set(baseline.get(name) or [])
-        after = set(current.get(name) or [])
+        before = {e for e in baseline.get(name) or [] if not _transient(name, e)}
+        after = {e for e in current.get(name) or [] if not _transient(name, e)}
         added, removed = sorted(after - before), sorted(before - after)
         if added or removed:
             diff[name] = {"added": added, "removed": removed}
@@ -322,12 +338,13 @@ def snapshot_differences(
     ``removed`` or ``changed`` (a keyed entry - path, sysctl, package, service, mount,
     swap area, hostname - with another state; ``detail`` is ``"<before> -> <after>"``).
     For added and removed keyed entries ``detail`` is the state. Sections one side lacks
-    are not compared (see :func:`snapshot_diff`).
+    are not compared (see :func:`snapshot_diff`); transient entries (:func:`_transient`)
+    are not compared either.
     """
     rows: list[dict[str, str]] = []
     for name in _compared(baseline, current, sections):
-        before = set(baseline.get(name) or [])
-        after = set(current.get(name) or [])
+        before = {e for e in baseline.get(name) or [] if not _transient(name, e)}
+        after = {e for e in current.get(name) or [] if not _transient(name, e)}
         added, removed = after - before, before - after
         old: dict[str, list[str]] = {}
         new: dict[str, list[str]] = {}
