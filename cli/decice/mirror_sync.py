@@ -1,4 +1,5 @@
-"""`decice mirror sync`: fill a mirror directory with every enabled add-on's pinned artifacts.
+"""`decice mirror sync`: fill a mirror directory with every enabled add-on's pinned artifacts
+and, for targets Kubespray deploys, Kubespray's offline files.
 
 For each component of an enabled add-on (the registry, ``vars/addons.yml``) whose entry
 in ``vars/versions.yml`` pins an ``artifact: {file, sha256, url}``, the file is copied
@@ -8,6 +9,10 @@ destination that already has the pinned sha256 is kept. Each directory's ``SHA25
 gets the placed files' lines (merged with what it lists, sorted). ``images/<addon>.txt``
 lists the images the add-on's charts reference as decice installs them (``helm template``
 with the role's ``<addon>_default_values`` under the spec's ``addons.<addon>.values``).
+Kubespray's offline files (:mod:`decice.kubespray.offline`: kubeadm, kubelet, etcd, runc,
+CNI plugins, ... with the sha256 Kubespray pins for the spec's kube version, runtime and
+CNI) are listed as add-on ``kubernetes`` and placed at ``files/<host>/<path>``, where
+``up`` points Kubespray's ``files_repo``.
 """
 
 from __future__ import annotations
@@ -27,9 +32,12 @@ import yaml
 
 from decice import addons, atomicfile, mirror, paths, versions
 from decice.errors import InputError
+from decice.kubespray import offline
+from decice.kubespray.offline import OfflineFile
 from decice.spec import LoadedSpec
 
 IMAGES_DIR = "images"
+KUBERNETES = "kubernetes"  # Kubespray's offline files (targets it deploys) go under this name
 HELM_TIMEOUT_S = 120.0
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 _CONTAINER_KEYS = ("containers", "initContainers", "ephemeralContainers")
@@ -383,20 +391,34 @@ def image_list(
 # ------------------------------------------------------------------ the sync
 
 
+def kubespray_entries(files: Iterable[OfflineFile]) -> list[Entry]:
+    """Kubespray's offline files as entries of the pseudo add-on ``kubernetes``."""
+    return [
+        Entry(KUBERNETES, f.name, Pin(f.file, f.sha256, f.url), True)
+        for f in sorted(files, key=lambda f: f.name)
+    ]
+
+
 def sync(
-    loaded: LoadedSpec, dest: Path, source: mirror.Mirror | None, helm: str | None
+    loaded: LoadedSpec,
+    dest: Path,
+    source: mirror.Mirror | None,
+    helm: str | None,
+    kubespray: Iterable[OfflineFile] = (),
 ) -> SyncResult:
-    """Fetch every enabled add-on's artifacts into ``dest``; write sums and image lists.
+    """Fetch every enabled add-on's artifacts and ``kubespray``'s offline files into
+    ``dest``; write sums and image lists.
 
     ``helm`` may be None only when no enabled add-on pins a chart (see :func:`needs_helm`).
     """
     result = SyncResult(str(dest), source.root if source else "upstream URLs")
-    todo = [e.pin.file for e in entries(loaded) if e.enabled and e.pin]
+    every = [*kubespray_entries(kubespray), *entries(loaded)]
+    todo = [e.pin.file for e in every if e.enabled and e.pin]
     merge_sums(dest, {}, check=todo)  # a broken SHA256SUMS is bad input: stop before copying
     placed: dict[str, str] = {}
     charts: dict[str, list[Path]] = {}
     missing: set[str] = set()
-    for entry in entries(loaded):
+    for entry in every:
         if not entry.enabled:
             result.artifacts.append(
                 Item(entry.addon, entry.component, "disabled", detail="add-on disabled in the spec")
@@ -414,7 +436,8 @@ def sync(
             missing.add(entry.addon)
             continue
         placed[entry.pin.file] = entry.pin.sha256
-        charts.setdefault(entry.addon, []).append(dest.joinpath(*entry.pin.file.split("/")))
+        if entry.addon != KUBERNETES:  # binaries and archives: no images in them
+            charts.setdefault(entry.addon, []).append(dest.joinpath(*entry.pin.file.split("/")))
     result.sums_written = merge_sums(dest, placed)
     for addon, files in charts.items():
         if addon in missing:
@@ -426,6 +449,11 @@ def sync(
         else:
             result.images.append(image_list(loaded, addon, files, dest, helm))
     return result
+
+
+def deploys_kubernetes(loaded: LoadedSpec) -> bool:
+    """Kubespray deploys this spec's Kubernetes (every target but sim, which runs its own)."""
+    return loaded.spec.target != "sim"
 
 
 def is_manifest(file: str) -> bool:
@@ -460,7 +488,8 @@ def command(
         raise InputError(f"--dest {where}: exists and is not a directory")
     origin = source_mirror(source) if source is not None else None
     helm = require_helm(helm_binary()) if needs_helm(loaded) else None
-    result = sync(loaded, where, origin, helm)
+    kubespray = offline.list_files(loaded) if deploys_kubernetes(loaded) else []
+    result = sync(loaded, where, origin, helm, kubespray)
     if json_out:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
     else:

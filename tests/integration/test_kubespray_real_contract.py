@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 
 from decice import inventory, spec
-from decice.kubespray import render, run, source, venv
+from decice.kubespray import downloads, offline, render, run, source, venv
 from decice.mirror import Mirror
 from decice.runner import ansible_env
-from tests.support import require
+from tests.support import DECICE, require
 
 pytestmark = pytest.mark.local
 
@@ -176,3 +176,70 @@ def test_real_validation_refuses_an_empty_etcd_group(
     output = _boilerplate(src, env, files["hosts"])
     assert not output.startswith("rc=0"), output
     assert "Group 'etcd' cannot be empty in external etcd mode" in output
+
+
+ALL_ADDONS_OFF = (
+    "addons: {volcano: {enabled: false}, kubeedge: {enabled: false}, sedna: {enabled: false},"
+    " interlink: {enabled: false}, kubeflow: {enabled: false}}\n"
+)
+
+
+def test_mirror_sync_takes_kubesprays_offline_files_where_up_looks_for_them(
+    kubespray: tuple[source.Source, venv.KubesprayEnv], tmp_path: Path
+) -> None:
+    """`decice mirror sync` lists Kubespray's own downloads for the spec (sha256 pinned by
+    Kubespray, upstream URLs) and places each at files/<host>/<path>: the very path that
+    `up`'s files_repo makes Kubespray ask for. The files themselves are not reachable here
+    (no internet): from an empty source mirror each is named as failed and nothing is
+    placed."""
+    (tmp_path / "decice.yaml").write_text(
+        f"name: offline\ntarget: static\nhosts:\n{HOSTS}kubernetes: {{cni: calico}}\n"
+        f"mirror: {{path: {MIRROR}}}\n" + ALL_ADDONS_OFF
+    )
+    loaded = spec.load(tmp_path / "decice.yaml")
+    files = offline.list_files(loaded)
+    names = {f.name for f in files}
+    wanted = {"kubeadm", "kubelet", "kubectl", "etcd", "runc", "containerd", "cni", "crictl"}
+    assert wanted | {"calicoctl"} <= names, names
+    mirror = Mirror("path", str(tmp_path / "m"))
+    repo = mirror.files_repo()
+    for f in files:
+        assert len(f.sha256) == 64 and f.url.startswith("https://"), f
+        assert f.file == "files/" + f.url.removeprefix("https://")
+        asked = repo + "/" + f.file.removeprefix("files/")
+        assert downloads.in_mirror(asked, repo, mirror) == Path(mirror.root, f.file)
+    assert "v1.32.10" in {f.url.split("/")[4] for f in files if f.name == "kubeadm"}
+
+    (tmp_path / "flannel.yaml").write_text(
+        (tmp_path / "decice.yaml").read_text().replace("cni: calico", "cni: flannel")
+    )
+    flannel = {f.name for f in offline.list_files(spec.load(tmp_path / "flannel.yaml"))}
+    assert "calicoctl" not in flannel and wanted <= flannel
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = subprocess.run(
+        [
+            *DECICE,
+            "mirror",
+            "sync",
+            "--dest",
+            str(tmp_path / "m"),
+            "--from",
+            str(empty),
+            "--json",
+            "-f",
+            str(tmp_path / "decice.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    kube = {i["component"]: i for i in result["artifacts"] if i["addon"] == "kubernetes"}
+    assert set(kube) == names
+    assert {i["status"] for i in kube.values()} == {"failed"}
+    assert all(i["file"].startswith("files/") for i in kube.values())
+    assert not any(p.is_file() for p in (tmp_path / "m").rglob("*"))

@@ -19,7 +19,7 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -54,7 +54,8 @@ LIST_PLAYBOOK = """\
         content: |
           {% for name, item in downloads.items() if item.file | default(false) %}
           {{ {'name': name, 'file': item.dest | basename, 'url': item.url,
-                'enabled': item.enabled | default(true) | bool} | to_json }}
+                'enabled': item.enabled | default(true) | bool,
+                'checksum': item.checksum | default('') | string} | to_json }}
           {% endfor %}
 """
 
@@ -71,6 +72,7 @@ class Listed:
     file: str  # basename of its dest on the node
     url: str
     enabled: bool = True  # Kubespray's `enabled` of the item (runtime, CNI, ... chosen)
+    checksum: str = ""  # Kubespray's pin: "sha256:<hex>" (or the bare hex)
 
 
 def _events(events_dir: Path) -> list[Mapping[str, Any]]:
@@ -119,24 +121,29 @@ def failed_downloads(events_dir: Path) -> list[FailedDownload]:
 
 
 def list_downloads(
-    binary: Path, env: Mapping[str, str], cwd: Path, group_vars: Path, work_dir: Path
+    binary: Path,
+    env: Mapping[str, str],
+    cwd: Path,
+    group_vars: Path | Sequence[Path],
+    work_dir: Path,
 ) -> dict[str, Listed]:
     """Kubespray's file downloads by name (its ``downloads``), rendered by ``binary``.
 
     ``binary`` is the Kubespray env's ansible-playbook; ``group_vars`` decice's
-    ``group_vars/all/decice.yml`` (passed as extra vars: the implicit localhost is in
-    no inventory group). Empty when the listing fails (the caller names the file only).
+    ``group_vars/<group>/decice.yml`` files, ``all`` first, then ``k8s_cluster`` (where
+    the CNI is chosen) - passed as extra vars: the implicit localhost is in no inventory
+    group. Empty when the listing fails (the caller names the file only).
     """
     playbook = work_dir / "list-downloads.yml"
     out = work_dir / "downloads.jsonl"
     playbook.write_text(LIST_PLAYBOOK, encoding="utf-8")
     out.unlink(missing_ok=True)
+    var_files = [group_vars] if isinstance(group_vars, Path) else list(group_vars)
     argv = [
         str(binary),
         "-i",
         "localhost,",
-        "-e",
-        f"@{group_vars}",
+        *[arg for path in var_files for arg in ("-e", f"@{path}")],
         "-e",
         json.dumps(
             {
@@ -173,6 +180,7 @@ def list_downloads(
                 str(item["file"]),
                 str(item["url"]),
                 bool(item.get("enabled", True)),
+                str(item.get("checksum") or ""),
             )
     return listed
 

@@ -398,9 +398,8 @@ def download_stop(prepared: Prepared, inv: Invocation, artifacts: Path) -> str |
     failed = downloads.failed_downloads(artifacts / "job_events")
     if not failed:
         return None
-    urls = downloads.list_downloads(
-        inv.binary, inv.env, inv.cwd, prepared.files["all"], prepared.work_dir
-    )
+    var_files = [prepared.files[g] for g in ("all", "k8s_cluster") if g in prepared.files]
+    urls = downloads.list_downloads(inv.binary, inv.env, inv.cwd, var_files, prepared.work_dir)
     return downloads.explain(failed, urls, prepared.settings.files_repo, prepared.mirror)
 
 
