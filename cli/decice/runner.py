@@ -107,9 +107,6 @@ def phase_of(play_name: str) -> str:
     return head.strip() if sep else NO_PHASE
 
 
-SSH_CONTROL_PATH = "%(directory)s/%%C"
-
-
 def ansible_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """Environment for ansible: our collection first, this interpreter's tools on PATH."""
     bindir = str(Path(sys.executable).parent)
@@ -125,10 +122,6 @@ def ansible_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         # (decice.inventory.trust_options); an inherited "False" would add
         # StrictHostKeyChecking=no ahead of them
         "ANSIBLE_HOST_KEY_CHECKING": "True",
-        # one ssh master per real address (%C: OpenSSH's hash of local host, HostName, port,
-        # user), not Ansible's per inventory name: two labs both have a "node1", and a
-        # master kept by one must never carry another's commands
-        "ANSIBLE_SSH_CONTROL_PATH": SSH_CONTROL_PATH,
         # as the checkout's ansible.cfg: Ansible's default of 5 runs a 10-node allocation's
         # host phases in two batches per task
         "ANSIBLE_FORKS": os.environ.get("ANSIBLE_FORKS", str(FORKS)),

@@ -28,7 +28,6 @@ from decice import versions
 from decice.errors import InputError, RunFailedError
 from decice.kubespray import downloads, render, source, venv
 from decice.runner import (
-    SSH_CONTROL_PATH,
     Event,
     HostResult,
     PlaybookRun,
@@ -94,7 +93,6 @@ def invocation(playbook: str, checkout: Path, env_path: Path, inventory_path: Pa
         "VIRTUAL_ENV": str(env_path),  # ansible.cfg's roles_path mentions $VIRTUAL_ENV
         "PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")]),
         "ANSIBLE_SSH_ARGS": SSH_ARGS,
-        "ANSIBLE_SSH_CONTROL_PATH": SSH_CONTROL_PATH,  # one master per real address
     }
     extravars = dict(RESET_EXTRAVARS) if playbook == "reset.yml" else {}
     return Invocation(
