@@ -44,6 +44,7 @@ import tempfile
 import time
 import urllib.request
 from collections import defaultdict
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -182,9 +183,37 @@ async def admission_rejections(kubeconfig: Path) -> int:
     return rejected
 
 
-async def scheduled_events(kubeconfig: Path, pods: int, settle: float = 20.0) -> int:
+def _quantile(sorted_values: list[float], q: float) -> float | None:
+    """Nearest-rank quantile of sorted values (None when there are none)."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(q * len(sorted_values)))
+    return round(sorted_values[rank - 1], 2)
+
+
+def _stamp(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def event_lags(items: list[dict[str, Any]]) -> list[float]:
+    """Per event: seconds from when the scheduler recorded it (``eventTime``, the bind) to
+    when the API server stored it (``creationTimestamp``, whole seconds, so up to 1 s
+    short)."""
+    lags = []
+    for item in items:
+        recorded = item.get("eventTime") or item.get("firstTimestamp")
+        stored = (item.get("metadata") or {}).get("creationTimestamp")
+        if recorded and stored:
+            lags.append(max(0.0, _stamp(stored) - _stamp(recorded)))
+    return sorted(lags)
+
+
+async def scheduled_events(
+    kubeconfig: Path, pods: int, settle: float = 20.0
+) -> tuple[int, list[float]]:
     """Scheduled events in the API (any API version: both read the same objects), waited for
-    until there is one per pod or the count stops growing for 3 s (at most ``settle``)."""
+    until there is one per pod or the count stops growing for 3 s (at most ``settle``);
+    their count and lags (:func:`event_lags`)."""
     client = Client.from_kubeconfig(kubeconfig, max_retries=8)
     try:
         deadline = time.monotonic() + settle
@@ -198,7 +227,7 @@ async def scheduled_events(kubeconfig: Path, pods: int, settle: float = 20.0) ->
             if count != last:
                 last, last_change = count, now
             if count >= pods or now - last_change >= 3.0 or now >= deadline:
-                return count
+                return count, event_lags(items)
             await asyncio.sleep(0.5)
     finally:
         await client.close()
@@ -386,7 +415,7 @@ def one_run(
                     audit = json.loads(http_text(base + "/debug/audit", method="POST"))
                     drift = int(audit["drift_nodes"])
                 rejections = asyncio.run(admission_rejections(cp.kubeconfig))
-                events = asyncio.run(scheduled_events(cp.kubeconfig, args.pods))
+                events, lags = asyncio.run(scheduled_events(cp.kubeconfig, args.pods))
             finally:
                 proc.send_signal(signal.SIGTERM if not profiled else signal.SIGINT)
                 try:
@@ -415,6 +444,9 @@ def one_run(
                 "drift": drift,
                 "rejections": rejections,
                 "scheduled_events": events,
+                "event_lag_p50_s": _quantile(lags, 0.5),
+                "event_lag_p99_s": _quantile(lags, 0.99),
+                "event_lag_max_s": _quantile(lags, 1.0),
                 "load1": round(load1, 2),
             }
         finally:
@@ -438,6 +470,9 @@ _DECICE_FIGURES = (
     ("decice_bind_p50_ms", "bind_p50_ms"),
     ("decice_bind_p99_ms", "bind_p99_ms"),
     ("decice_scheduled_events", "scheduled_events"),
+    ("decice_event_lag_p50_s", "event_lag_p50_s"),
+    ("decice_event_lag_p99_s", "event_lag_p99_s"),
+    ("decice_event_lag_max_s", "event_lag_max_s"),
 )
 _KUBE_FIGURES = tuple(
     (f"kube_{key}", key)
@@ -452,6 +487,9 @@ _KUBE_FIGURES = tuple(
         "bind_p50_ms",
         "bind_p99_ms",
         "scheduled_events",
+        "event_lag_p50_s",
+        "event_lag_p99_s",
+        "event_lag_max_s",
     )
 )
 _REJECTIONS_SOURCE = "admission replay over the final LIST (no node agent runs)"

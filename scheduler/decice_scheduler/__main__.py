@@ -20,6 +20,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from decice_scheduler.debugaccess import TOKEN_ENV, load_token, require_token_off_loopback
+from decice_scheduler.eventproc import QUEUE_SIZE
 from decice_scheduler.profile import Profile, load_profile
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--event-queue-size",
         type=int,
-        default=1000,
+        default=QUEUE_SIZE,
         help="events waiting to be written; more are dropped (counted)",
     )
     parser.add_argument(

@@ -26,7 +26,7 @@ from typing import Any
 from decice_scheduler.audit import Auditor
 from decice_scheduler.binder import Binder, TokenBucket
 from decice_scheduler.client import Client, load_kubeconfig
-from decice_scheduler.eventproc import Events, WriterSettings
+from decice_scheduler.eventproc import QUEUE_SIZE, Events, WriterSettings
 from decice_scheduler.gang import GangScheduler
 from decice_scheduler.leader import LeaderElector
 from decice_scheduler.metrics import Metrics, MetricsServer
@@ -66,7 +66,7 @@ class Options:
     event_burst: int = 25
     max_backoff: float = 10.0
     events: bool = True
-    event_queue_size: int = 1000
+    event_queue_size: int = QUEUE_SIZE
     placement_scores: ScoreSettings | None = None  # None: not published
 
 
@@ -99,6 +99,7 @@ class Scheduler:
                 burst=options.burst,
                 failed_qps=options.event_qps,
                 failed_burst=options.event_burst,
+                yield_below=max(1, options.event_queue_size // 2),
             ),
             self.metrics,
             queue_size=options.event_queue_size,
@@ -113,6 +114,7 @@ class Scheduler:
             concurrency=options.bind_concurrency,
             on_bound=self.events.scheduled,
         )
+        self.events.binding = self.binder.in_flight  # the event writer yields to binds
         self.scores = (
             ScorePublisher(
                 self.client,

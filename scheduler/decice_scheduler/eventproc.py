@@ -17,10 +17,18 @@ Protocol, JSON lines over a socketpair (the writer's end is its only inherited
 descriptor):
 
 - scheduler to writer: the :class:`WriterSettings` (an object), then batches of
-  records (arrays); end of stream, from :meth:`Events.stop` or from the scheduler's
-  death (even ``kill -9``), means no more records: the writer writes what it holds (for
-  at most ``drain_timeout`` seconds) and exits. It ignores SIGINT and SIGTERM (a
-  terminal's Ctrl-C or a service stop reaches the whole group): the scheduler ends it;
+  records (arrays), each after a hint object ``{"binding": N}``: the binds the
+  scheduler has in flight when it sent the batch. While binds are in flight the writer
+  keeps at most ``YIELD_CONCURRENCY`` writes in flight (the API server on the same cores
+  serves the binds first; the events wait in the queue, stamped with the time of the
+  bind, and are written at full concurrency once the binds are done). A hint holds for
+  ``BINDING_LEASE`` seconds, so a scheduler that stops sending them cannot hold the
+  writer back, and the writer stops yielding once it holds half the queue size, so
+  yielding never makes the queue drop an event; end of stream, from
+  :meth:`Events.stop` or from the scheduler's death (even ``kill -9``), means no more
+  records: the writer writes what it holds (for at most ``drain_timeout`` seconds) and
+  exits. It ignores SIGINT and SIGTERM (a terminal's Ctrl-C or a service stop reaches
+  the whole group): the scheduler ends it;
 - writer to scheduler: its counts (``taken``, ``written`` per reason, ``dropped`` per
   cause), cumulative, at most every ``STATUS_EVERY`` seconds while they change and once
   at the end; the scheduler adds the differences to its metrics.
@@ -50,6 +58,7 @@ from decice_scheduler.client import Client, load_kubeconfig
 from decice_scheduler.events import (
     FINISH_AFTER,
     PATCH_EVERY,
+    QUEUE_SIZE,
     EventWriter,
     Record,
     failed_record,
@@ -61,7 +70,6 @@ __all__ = ["QUEUE_SIZE", "Events", "WriterSettings", "main"]
 
 log = logging.getLogger("decice_scheduler.events")
 
-QUEUE_SIZE = 1000  # kube-scheduler's broadcaster: maxQueuedEvents
 FLUSH_DELAY = 0.01  # records are sent this long after the first of a batch (a send each)
 BATCH = 256  # records per line
 STATUS_EVERY = 0.05  # the writer reports its counts at most this often
@@ -84,6 +92,7 @@ class WriterSettings:
     finish_after: float = FINISH_AFTER
     patch_every: float = PATCH_EVERY
     drain_timeout: float = 5.0  # at the end: time to write what is queued
+    yield_below: int = QUEUE_SIZE // 2  # the writer yields to binds while it holds fewer
     log_level: str = "INFO"
 
 
@@ -105,8 +114,10 @@ class Events:
         queue_size: int = QUEUE_SIZE,
         enabled: bool = True,
         clock: Callable[[], float] = time.time,
+        binding: Callable[[], int] | None = None,
     ) -> None:
         self.settings = settings
+        self.binding = binding  # binds in flight now (the writer yields to them)
         self.metrics = metrics
         self.queue_size = max(1, queue_size)
         self.enabled = enabled
@@ -158,6 +169,8 @@ class Events:
             return
         records = list(self._buffer)
         self._buffer.clear()
+        if self.binding is not None:
+            pipe.write(json.dumps({"binding": self.binding()}).encode() + b"\n")
         for i in range(0, len(records), BATCH):
             pipe.write(json.dumps(records[i : i + BATCH]).encode() + b"\n")
         self._sent += len(records)
@@ -296,6 +309,7 @@ async def serve(sock: socket.socket) -> int:
         api=settings.api,
         finish_after=settings.finish_after,
         patch_every=settings.patch_every,
+        yield_below=settings.yield_below,
     )
     run = asyncio.create_task(writer.run(), name="write")
     feed = asyncio.create_task(_feed(reader, writer), name="feed")
@@ -323,7 +337,11 @@ async def serve(sock: socket.socket) -> int:
 async def _feed(reader: asyncio.StreamReader, writer: EventWriter) -> None:
     with contextlib.suppress(ConnectionError):  # the scheduler died with our data unread
         while line := await reader.readline():
-            writer.feed(cast(Record, tuple(r)) for r in json.loads(line))
+            message = json.loads(line)
+            if isinstance(message, dict):
+                writer.binding(int(message.get("binding") or 0))
+            else:
+                writer.feed(cast(Record, tuple(r)) for r in message)
 
 
 async def _report(writer: EventWriter, pipe: asyncio.StreamWriter) -> None:

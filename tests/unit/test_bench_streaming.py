@@ -4,28 +4,18 @@ percentiles, backlog trend, the "sustained" verdict and the per-rate comparison.
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tests.support import load_file
 
 pytestmark = pytest.mark.unit
 
 PATH = Path(__file__).resolve().parents[2] / "bench" / "scheduler" / "_stream_stats.py"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_stream_stats", PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-S = _load()
+S = load_file(PATH, "bench_stream_stats", register=True)
 
 
 def test_arrival_offsets_are_evenly_spaced_at_the_rate():

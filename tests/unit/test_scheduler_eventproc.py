@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from decice_scheduler.eventproc import Events, WriterSettings, writer_env
+from decice_scheduler.client import Client, load_kubeconfig
+from decice_scheduler.eventproc import QUEUE_SIZE, Events, WriterSettings, writer_env
+from decice_scheduler.events import BINDING_LEASE, CONCURRENCY, EventWriter, scheduled_record
 from decice_scheduler.metrics import Metrics
 from tests.support import REPO, pid_alive, wait_for
 
@@ -33,6 +35,8 @@ class FakeApi:
     def __init__(self, core_only: bool = False, delay: float = 0.0) -> None:
         self.writes: list[tuple[str, str, dict[str, object]]] = []
         self.lock = threading.Lock()
+        self.active = 0  # writes being answered now
+        self.most_active = 0
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -55,8 +59,12 @@ class FakeApi:
 
             def write(self, status: int) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with api.lock:
+                    api.active += 1
+                    api.most_active = max(api.most_active, api.active)
                 time.sleep(delay)
                 with api.lock:
+                    api.active -= 1
                     api.writes.append((self.command, self.path, body))
                 self.reply(status, body)
 
@@ -303,3 +311,90 @@ def test_writer_env_finds_a_source_tree(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     paths = writer_env()["PYTHONPATH"].split(os.pathsep)
     assert paths == ["/elsewhere", str(REPO / "scheduler")]  # appended: shadows nothing
+
+
+def test_writes_yield_to_binds_in_flight_and_none_is_dropped(tmp_path: Path) -> None:
+    """While the scheduler says it is binding, one event write is in flight; when it
+    says it is done (or stops saying anything), the writer goes back to full concurrency
+    and writes everything it held."""
+    slow = FakeApi(delay=0.05)
+    kubeconfig = slow.kubeconfig(tmp_path)
+    writer = EventWriter(
+        lambda: Client(load_kubeconfig(str(kubeconfig))), "sched", qps=1e4, burst=10**4
+    )
+
+    def written() -> int:
+        return len(slow.posts("/apis/events.k8s.io/v1/"))
+
+    async def main() -> None:
+        run = asyncio.create_task(writer.run())
+        writer.binding(3)
+        writer.feed(scheduled_record(pod(f"a{i}"), "n", time.time()) for i in range(40))
+        for _ in range(6):  # 0.6 s of binds in flight, the hint renewed like a scheduler's
+            await asyncio.sleep(0.1)
+            writer.binding(3)
+        assert slow.most_active == 1, "more than one write in flight while binding"
+        held = 40 - written()
+        assert held > 20, f"only {held} of 40 events held back while binding"
+        writer.binding(0)
+        await until("the held events written", lambda: written() == 40)
+        assert slow.most_active > 4, "the writer did not go back to full concurrency"
+        # a hint that is not renewed lapses: the writer never waits on a silent scheduler
+        slow.most_active = 0
+        writer.binding(3)
+        await asyncio.sleep(BINDING_LEASE + 0.1)
+        writer.feed(scheduled_record(pod(f"b{i}"), "n", time.time()) for i in range(CONCURRENCY))
+        await until("the late events written", lambda: written() == 40 + CONCURRENCY)
+        assert slow.most_active > 4
+        writer.close()
+        await asyncio.wait_for(run, 10)
+
+    try:
+        asyncio.run(main())
+    finally:
+        slow.stop()
+    assert writer.dropped == {} and writer.taken == 40 + CONCURRENCY
+
+
+def test_the_scheduler_sends_its_binds_in_flight_before_each_batch() -> None:
+    sent: list[bytes] = []
+
+    class Pipe:
+        def is_closing(self) -> bool:
+            return False
+
+        def write(self, data: bytes) -> None:
+            sent.append(data)
+
+    settings = WriterSettings("kubeconfig", "sched", "sched/decice-events")
+    ev = Events(settings, Metrics(), binding=lambda: 7)
+    ev._pipe = Pipe()  # type: ignore[assignment]
+    ev.scheduled(pod("p"), "node-1")
+    ev._flush()
+    lines = [json.loads(line) for line in b"".join(sent).splitlines()]
+    assert lines[0] == {"binding": 7}
+    assert [r[2] for r in lines[1]] == ["p"]
+
+
+def test_the_writer_stops_yielding_before_the_queue_could_drop() -> None:
+    def no_client() -> Client:
+        raise AssertionError("no writes in this test")
+
+    async def main() -> None:
+        writer = EventWriter(no_client, "sched", yield_below=10)
+        writer.binding(2)
+        writer.feed(scheduled_record(pod(f"p{i}"), "n", 0.0) for i in range(9))
+        assert writer.yielding()
+        writer.feed([scheduled_record(pod("p9"), "n", 0.0)])
+        assert not writer.yielding(), "a full queue must be written at full concurrency"
+        writer.binding(0)
+        assert not writer.yielding()
+
+    asyncio.run(main())
+
+
+def test_the_default_queue_holds_a_bursts_events() -> None:
+    from decice_scheduler.app import Options
+
+    assert QUEUE_SIZE == 10_000 and Options.event_queue_size == QUEUE_SIZE
+    assert WriterSettings("k", "s", "u").yield_below == QUEUE_SIZE // 2
