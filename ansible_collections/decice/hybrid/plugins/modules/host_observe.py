@@ -6,10 +6,12 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.service import is_systemd_managed
 
 DOCUMENTATION = r"""
 module: host_observe
@@ -46,6 +48,21 @@ options:
     type: list
     elements: str
     default: []
+  packages:
+    description:
+      - Report the installed packages in the shape of C(ansible.builtin.package_facts)'
+        C(packages) fact (name to a list of C(name), C(version), C(arch), plus C(epoch) and
+        C(release) for rpm), from one C(dpkg-query) or C(rpm -qa) call.
+    type: bool
+    default: false
+  services:
+    description:
+      - Report the services in the shape of C(ansible.builtin.service_facts)' C(services) fact
+        (name to C(name), C(state), C(status), C(source)), by that module's rules for systemd
+        and sysvinit hosts, with the units it would look up one by one read in one
+        C(systemctl show) call.
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -77,7 +94,19 @@ paths:
     file), C(symbolic link), ...) or null when it does not exist.
   type: dict
   returned: always
+packages:
+  description: Package name to its installed versions ({} when the host has neither dpkg nor rpm).
+  type: dict
+  returned: when I(packages=true)
+services:
+  description: Service name to its state ({} when the host has neither systemd nor sysvinit tools).
+  type: dict
+  returned: when I(services=true)
 """
+
+_SYSV = re.compile(r"^\s*\[ (?P<state>\+|\-) \]\s+(?P<name>.+)$", flags=re.M)
+_BAD_STATES = ("not-found", "masked", "failed")
+_SHOW_BATCH = 200  # units per `systemctl show` call
 
 
 def _read(path: str | Path) -> str | None:
@@ -114,6 +143,152 @@ def _sysctl(name: str) -> str | None:
     return None if text is None else " ".join(text.split())
 
 
+def _run(module: AnsibleModule, argv: list[str]) -> tuple[int, str]:
+    program = module.get_bin_path(argv[0])
+    if not program:
+        return 127, ""
+    rc, out, _err = module.run_command([program, *argv[1:]], environ_update={"LC_ALL": "C"})
+    return rc, out
+
+
+def _packages(module: AnsibleModule) -> dict[str, list[dict[str, str]]]:
+    """Installed packages as package_facts reports them (dpkg: python-apt's installed
+    versions, names qualified with their architecture when it is foreign; rpm: name,
+    version, release, epoch, arch)."""
+    out: dict[str, list[dict[str, str]]] = {}
+    rc, text = _run(
+        module,
+        [
+            "dpkg-query",
+            "-W",
+            "-f",
+            "${db:Status-Abbrev}\t${Package}\t${Version}\t${Architecture}\n",
+        ],
+    )
+    if rc == 0:
+        _, native = _run(module, ["dpkg", "--print-architecture"])
+        native = native.strip()
+        for line in text.splitlines():
+            fields = line.split("\t")
+            # installed: a current version (not "not-installed" nor "config-files")
+            if len(fields) != 4 or len(fields[0]) < 2 or fields[0][1] in "nc":
+                continue
+            _status, name, version, arch = fields
+            if arch not in (native, "all"):
+                name = f"{name}:{arch}"
+            out.setdefault(name, []).append(
+                {"name": name, "version": version, "arch": arch, "source": "apt"}
+            )
+        return out
+    rc, text = _run(
+        module, ["rpm", "-qa", "--qf", "%{NAME}\t%{VERSION}\t%{RELEASE}\t%{EPOCH}\t%{ARCH}\n"]
+    )
+    if rc == 0:
+        for line in text.splitlines():
+            fields = line.split("\t")
+            if len(fields) != 5:
+                continue
+            name, version, release, epoch, arch = fields
+            out.setdefault(name, []).append(
+                {
+                    "name": name,
+                    "version": version,
+                    "release": release,
+                    "epoch": "None" if epoch == "(none)" else epoch,
+                    "arch": arch,
+                    "source": "rpm",
+                }
+            )
+    return out
+
+
+def _services(module: AnsibleModule) -> dict[str, dict[str, str]]:
+    """Services as service_facts reports them on sysvinit and systemd hosts: sysv scripts
+    (`service --status-all`, without chkconfig or rc-status), then systemd's units
+    (`list-units`), then its unit files (`list-unit-files`; ActiveState of those not
+    listed as units)."""
+    services: dict[str, dict[str, str]] = {}
+    no_sysv_tools = not module.get_bin_path("chkconfig") and not module.get_bin_path("rc-status")
+    if module.get_bin_path("service") and no_sysv_tools:
+        rc, text = _run(module, ["service", "--status-all"])
+        if not (rc == 4 and not Path("/etc/init.d").exists()):
+            for match in _SYSV.finditer(text):
+                name = match.group("name")
+                state = "running" if match.group("state") == "+" else "stopped"
+                services[name] = {"name": name, "state": state, "source": "sysv"}
+    if not is_systemd_managed(module):
+        return services
+    rc, text = _run(
+        module, ["systemctl", "list-units", "--no-pager", "--type", "service", "--all", "--plain"]
+    )
+    if rc == 0:
+        for line in (line for line in text.split("\n") if ".service" in line):
+            fields = line.split()
+            bad = [state for state in _BAD_STATES if state in fields[:-1]]
+            status = bad[0] if bad else fields[2]
+            state = "running" if fields[3] == "running" else "stopped"
+            services[fields[0]] = {
+                "name": fields[0],
+                "state": state,
+                "status": status,
+                "source": "systemd",
+            }
+    rc, text = _run(
+        module, ["systemctl", "list-unit-files", "--no-pager", "--type", "service", "--all"]
+    )
+    if rc != 0:
+        return services
+    unlisted: dict[str, str] = {}
+    for line in (line for line in text.split("\n") if ".service" in line):
+        words = line.split()
+        if len(words) < 2:
+            module.fail_json(
+                msg=f"Malformed output discovered from systemd list-unit-files: {line}"
+            )
+        name, status = words[:2]
+        if name not in services:
+            unlisted[name] = status
+        elif services[name]["status"] not in _BAD_STATES:
+            services[name]["status"] = status
+    # a template (name@.service) cannot be shown with others: one call fails for all
+    templates = [name for name in unlisted if name.endswith("@.service")]
+    names = [name for name in unlisted if not name.endswith("@.service")]
+    states = _active_states_one_by_one(module, templates)
+    for i in range(0, len(names), _SHOW_BATCH):
+        states.update(_active_states(module, names[i : i + _SHOW_BATCH]))
+    for name, status in unlisted.items():
+        state = states.get(name, "unknown")
+        services[name] = {"name": name, "state": state, "status": status, "source": "systemd"}
+    return services
+
+
+def _active_states(module: AnsibleModule, names: list[str]) -> dict[str, str]:
+    """ActiveState per unit, one `systemctl show` for all (a unit it cannot show: absent)."""
+    rc, text = _run(module, ["systemctl", "show", "--property=Id,ActiveState", "--", *names])
+    blocks = [block for block in text.split("\n\n") if block.strip()]
+    if rc != 0 or len(blocks) != len(names):
+        # one bad name fails the call: ask one by one, as service_facts does
+        return _active_states_one_by_one(module, names)
+    # blocks in the order asked, separated by blank lines: match them by position, since
+    # Id is the unit's canonical name (an alias or template instance may differ)
+    states = {}
+    for i, name in enumerate(names):
+        block = blocks[i]
+        for line in block.splitlines():
+            if line.startswith("ActiveState="):
+                states[name] = line[len("ActiveState=") :].strip()
+    return states
+
+
+def _active_states_one_by_one(module: AnsibleModule, names: list[str]) -> dict[str, str]:
+    states = {}
+    for name in names:
+        rc, one = _run(module, ["systemctl", "show", name, "--property=ActiveState"])
+        if rc == 0 and one:
+            states[name] = one.replace("ActiveState=", "").rstrip()
+    return states
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -121,6 +296,8 @@ def main() -> None:
             "commands": {"type": "list", "elements": "list", "default": []},
             "sysctls": {"type": "list", "elements": "str", "default": []},
             "paths": {"type": "list", "elements": "str", "default": []},
+            "packages": {"type": "bool", "default": False},
+            "services": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -133,8 +310,14 @@ def main() -> None:
             continue
         rc, out, err = module.run_command([program, *argv[1:]], environ_update={"LC_ALL": "C"})
         commands.append({"argv": argv, "rc": rc, "stdout": out, "stderr": err})
+    extra: dict[str, object] = {}
+    if module.params["packages"]:
+        extra["packages"] = _packages(module)
+    if module.params["services"]:
+        extra["services"] = _services(module)
     module.exit_json(
         changed=False,
+        **extra,
         files={path: _read(path) for path in module.params["files"]},
         commands=commands,
         sysctls={name: _sysctl(name) for name in module.params["sysctls"]},
