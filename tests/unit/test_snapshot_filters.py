@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tests.support import load_file
 
 pytestmark = pytest.mark.unit
 
@@ -40,15 +40,7 @@ COMMIT
 """
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("decice_filter_snapshot_t", FILTER)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-snap = _load()
+snap = load_file(FILTER, "decice_filter_snapshot_t")
 
 
 def _b64(text: str) -> str:
@@ -284,3 +276,18 @@ def test_nft_empty_tables_are_those_without_rules_objects_or_drop_policy() -> No
     }
     assert snap.nft_empty_tables(json.dumps(ruleset), ["inet mine"]) == ["ip filter"]
     assert snap.nft_empty_tables("", []) == []
+
+
+def test_new_system_accounts_are_below_the_id_limit_and_not_in_the_baseline() -> None:
+    passwd = {
+        "root": ["x", "0", "0", "root", "/root", "/bin/bash"],
+        "polkitd": ["x", "997", "997", "", "/", "/usr/sbin/nologin"],
+        "_chrony": ["x", "101", "104", "", "/var/lib/chrony", "/usr/sbin/nologin"],
+        "alice": ["x", "1000", "1000", "", "/home/alice", "/bin/bash"],
+        "odd": ["x"],
+    }
+    found = snap.new_system_accounts(passwd, ["root"], 1000)
+    assert found == ["_chrony", "polkitd"]
+    group = {"root": ["x", "0", ""], "polkitd": ["x", "997", ""], "users": ["x", "100", ""]}
+    assert snap.new_system_accounts(group, ["root", "users"], 1000) == ["polkitd"]
+    assert snap.new_system_accounts(None, None, 1000) == []

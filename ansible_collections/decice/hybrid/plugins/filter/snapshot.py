@@ -17,7 +17,7 @@ import itertools
 import json
 import re
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 SECTIONS = (
@@ -546,6 +546,24 @@ def nft_empty_tables(
     return sorted(name for name, empty in tables.items() if empty and name not in kept)
 
 
+def new_system_accounts(
+    getent: Mapping[str, Sequence[Any]] | None, baseline: Iterable[str] | None, id_max: int
+) -> list[str]:
+    """Accounts of ``getent`` (``ansible.builtin.getent``'s passwd or group fact: name to
+    fields, the id second) not in ``baseline`` whose id is below ``id_max`` (system
+    accounts, which packages create and never remove). Sorted."""
+    known = set(baseline or [])
+    out = []
+    for name, fields in (getent or {}).items():
+        try:
+            system = int(fields[1]) < int(id_max)
+        except (IndexError, TypeError, ValueError):
+            system = False
+        if system and name not in known:
+            out.append(name)
+    return sorted(out)
+
+
 class FilterModule:
     """decice.hybrid snapshot filters."""
 
@@ -558,4 +576,5 @@ class FilterModule:
             "snapshot_leftovers": snapshot_leftovers,
             "snapshot_iptables_cleanup": iptables_cleanup,
             "snapshot_nft_empty_tables": nft_empty_tables,
+            "snapshot_new_system_accounts": new_system_accounts,
         }
