@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
+import importlib.util
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -26,6 +28,19 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 DECICE = [sys.executable, "-m", "decice"]
+
+
+def load_file(path: Path, name: str, *, register: bool = False) -> ModuleType:
+    """The Python file ``path`` (a collection plugin or module, a bench helper) loaded as a
+    module named ``name``, without a package around it; ``register`` puts it in
+    ``sys.modules`` first (what dataclasses in it need)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    if register:
+        sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def require(condition: bool, reason: str) -> None:
@@ -72,9 +87,10 @@ def run_captured(
     )
 
 
-def run_playbook(inventory: str, name: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """``ansible-playbook -i INVENTORY playbooks/NAME.yml ARGS`` from the checkout, with its
-    ansible.cfg, no colour, one JSON line per result; never raising."""
+def run_playbook(inventory: str, name: str | Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``ansible-playbook -i INVENTORY playbooks/NAME.yml ARGS`` from the checkout (NAME a
+    Path: that playbook), with its ansible.cfg, no colour, one JSON line per result; never
+    raising."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env.update(
         ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
@@ -82,7 +98,8 @@ def run_playbook(inventory: str, name: str, *args: str) -> subprocess.CompletedP
         ANSIBLE_CALLBACK_RESULT_FORMAT="json",
         PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
     )
-    argv = [str(BIN / "ansible-playbook"), "-i", inventory, f"playbooks/{name}.yml", *args]
+    playbook = str(name) if isinstance(name, Path) else f"playbooks/{name}.yml"
+    argv = [str(BIN / "ansible-playbook"), "-i", inventory, playbook, *args]
     return subprocess.run(
         argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False
     )

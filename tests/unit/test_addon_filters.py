@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 from types import ModuleType
 
 import pytest
 
-from tests.support import REPO
+from tests.support import REPO, load_file
 
 pytestmark = pytest.mark.unit
 
 
 def _filters() -> ModuleType:
     path = REPO / "ansible_collections" / "decice" / "hybrid" / "plugins" / "filter" / "addons.py"
-    spec = importlib.util.spec_from_file_location("decice_filter_addons", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(path, "decice_filter_addons")
 
 
 def _obj(name: str, *conditions: tuple[str, str]) -> dict[str, object]:

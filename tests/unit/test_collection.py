@@ -8,7 +8,6 @@ the host-level phases preflight, baseline and verify. It writes only below pytes
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import os
 import re
@@ -25,7 +24,7 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from tests.support import require
+from tests.support import load_file, require
 
 pytestmark = pytest.mark.lint
 
@@ -91,13 +90,7 @@ def _b64(text: str) -> str:
 
 
 def _load_filter(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        f"decice_filter_{name}", COLLECTION / "plugins" / "filter" / f"{name}.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(COLLECTION / "plugins" / "filter" / f"{name}.py", f"decice_filter_{name}")
 
 
 # --- collections named by FQCN ---------------------------------------------------------
@@ -469,7 +462,7 @@ def test_local_up_baseline_then_verify(tmp_path: Path) -> None:
     }
     assert "root" in document["sections"]["users"]
     assert "lo" in document["sections"]["interfaces"]
-    assert document["sections"]["packages"], "package_facts found no packages"
+    assert document["sections"]["packages"], "no packages observed"
     assert document["sections"]["paths"] == sorted(
         f"{tracked / name} absent" for name in ("etc-kubernetes", "var-lib-kubelet")
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,6 +13,7 @@ import pytest
 from decice.allocation import Machine, slurm
 from decice.inventory import GROUPS, assign_roles
 from decice.spec_model import AllocationSpec
+from tests.support import load_file
 
 pytestmark = pytest.mark.unit
 
@@ -143,10 +143,7 @@ def test_example_inventory_reads_the_job(tmp_path: Path) -> None:
 def test_missing_decice_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     from ansible.errors import AnsibleParserError
 
-    spec = importlib.util.spec_from_file_location("decice_allocation_plugin", PLUGIN)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_file(PLUGIN, "decice_allocation_plugin")
     for name in [n for n in sys.modules if n == "decice" or n.startswith("decice.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "decice", None)  # makes `import decice...` fail
