@@ -10,6 +10,7 @@ import pytest
 from decice import lab
 from decice.lab.podman import Podman, write_containers_conf
 from tests.integration.labsupport import lab_name, require_lab_prerequisites
+from tests.support import wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -39,8 +40,17 @@ def test_salloc_spans_three_nodes(slurm_cluster):
 def test_srun_runs_on_every_node(slurm_cluster):
     out = submit(slurm_cluster, "srun -N3 hostname")
     assert sorted(out.split()) == ["node1", "node2", "node3"]
-    idle = submit(slurm_cluster, "sinfo -h -N -o '%N %t'")
-    assert sorted(idle.split()) == sorted(["node1", "node2", "node3", *["idle"] * 3])
+    # After the step ends the nodes pass through "completing" (the epilog runs)
+    # before they are idle again; a loaded CI machine has been seen reading "comp".
+    expected = sorted(["node1", "node2", "node3", *["idle"] * 3])
+    states: list[str] = []
+
+    def all_idle() -> bool:
+        states[:] = sorted(submit(slurm_cluster, "sinfo -h -N -o '%N %t'").split())
+        return states == expected
+
+    wait_for("the three nodes to be idle again after the step", all_idle, timeout=60, every=0.5)
+    assert states == expected
 
 
 def test_status_reports_the_submit_env(slurm_cluster):

@@ -39,11 +39,16 @@ def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def _start(procs: list[subprocess.Popen[bytes]], tag: str, script: str) -> proctree.ProcKey:
-    """``sh -c script`` with ``tag``; its key once it runs."""
+    """``sh -c script`` with ``tag``; its key once it runs (for ``exec PROGRAM ...``, once
+    the shell has become PROGRAM: until then its name is still ``sh``)."""
     env = {**os.environ, recovery.TAG_VAR: tag}
     proc = subprocess.Popen(["sh", "-c", script], env=env, start_new_session=True)
     procs.append(proc)
     start = wait_for("the process to start", lambda: proctree.start_time(proc.pid))
+    if script.startswith("exec "):
+        program = Path(script.split()[1]).name
+        comm = Path(f"/proc/{proc.pid}/comm")
+        wait_for(f"sh to exec {program}", lambda: comm.read_text().strip() == program)
     return proc.pid, start
 
 
