@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -150,6 +151,7 @@ def main() -> None:
                     capture_output=True,
                     check=False,
                 )
+            shutil.rmtree(root, ignore_errors=True)
     if len(results) > 1:
         first, last = results[0], results[-1]
         growth: dict[str, object] = {"growth": f"{first['nodes']} -> {last['nodes']} nodes"}
