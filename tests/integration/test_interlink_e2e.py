@@ -17,6 +17,7 @@ plugin, the sim's kube-apiserver, decice-scheduler.
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import urllib.error
 import urllib.request
@@ -111,6 +112,29 @@ class Kubectl:
         done = run_captured([*self.argv, *args], input=stdin, timeout=60)
         assert done.returncode == 0, (args, done.stdout, done.stderr)
         return done.stdout
+
+    def follow(self, name: str) -> tuple[str, str, str]:
+        """``kubectl logs -f NAME``: its first line, the pod's phase right after that line
+        came, and the rest of the output (it must end by itself within 90 s)."""
+        proc = subprocess.Popen(
+            [*self.argv, "logs", "-f", name],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        try:
+            ready, _, _ = select.select([proc.stdout], [], [], 60)
+            assert ready, "kubectl logs -f printed nothing in 60 s"
+            first = proc.stdout.readline()
+            phase = str(self.pod(name)["status"].get("phase"))
+            rest, err = proc.communicate(timeout=90)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 0, err
+        return first, phase, rest
 
     def pod(self, name: str) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(self("get", "pod", name, "-o", "json"))
@@ -210,7 +234,7 @@ def test_pod_on_the_virtual_node_runs_as_a_slurm_job_and_down_leaves_nothing(
         node = json.loads(kubectl("get", "node", NODE, "-o", "json"))
         assert node["status"]["capacity"]["cpu"] != "64", node["status"]["capacity"]
 
-        ok = _pod("hpc-ok", "echo hello from $(hostname); sleep 2; echo done")
+        ok = _pod("hpc-ok", "echo hello from $(hostname); sleep 8; echo done")
         fail = _pod("hpc-fail", "echo failing; exit 3")
         kubectl(
             "apply",
@@ -226,6 +250,17 @@ def test_pod_on_the_virtual_node_runs_as_a_slurm_job_and_down_leaves_nothing(
             timeout=60,
         )
         wait_for("a job in squeue", lambda: "decice-" in _squeue(info, user), timeout=60)
+        # kubectl logs -f streams: the first line comes while the job still runs, the rest
+        # when it is written, and the stream ends by itself once the pod has ended
+        wait_for(
+            "hpc-ok Running",
+            lambda: kubectl.pod("hpc-ok")["status"].get("phase") == "Running",
+            timeout=120,
+        )
+        first, phase_then, rest = kubectl.follow("hpc-ok")
+        assert first.startswith("hello from node"), (first, rest)
+        assert phase_then == "Running", "the job ended before the first line was read"
+        assert rest.rstrip().endswith("done"), rest
         done_ok = wait_for("hpc-ok terminal", lambda: kubectl.terminated("hpc-ok"), timeout=120)
         assert done_ok["status"]["phase"] == "Succeeded", done_ok["status"]
         ended = done_ok["status"]["containerStatuses"][0]["state"]["terminated"]

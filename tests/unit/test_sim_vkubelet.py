@@ -650,7 +650,9 @@ def test_logs_endpoint(tmp_path: Path) -> None:
         reader = asyncio.StreamReader()
         reader.feed_data(f"{line}\r\nHost: x\r\n\r\n".encode())
         reader.feed_eof()
-        return await h.vk._answer(reader)
+        status, text, follow = await h.vk._answer(reader)
+        assert follow is None
+        return status, text
 
     status, text = asyncio.run(ask("GET /containerLogs/ns/p-u1/main?tailLines=2 HTTP/1.1"))
     assert (status, text) == (200, "l2\nl3\n")
@@ -658,6 +660,118 @@ def test_logs_endpoint(tmp_path: Path) -> None:
     assert asyncio.run(ask("GET /containerLogs/ns/other/main HTTP/1.1"))[0] == 404
     assert asyncio.run(ask("GET /exec/ns/p-u1/main HTTP/1.1"))[0] == 404
     assert asyncio.run(ask("POST /containerLogs/ns/p-u1/main HTTP/1.1"))[0] == 400
+
+
+class FakeWriter:
+    """Stands in for the connection's StreamWriter: keeps what was written."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        assert not self.closed
+        self.data += data
+
+    async def drain(self) -> None:
+        return None
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    async def wait_closed(self) -> None:
+        return None
+
+
+def dechunk(body: bytes) -> bytes:
+    """The content of a chunked body; fails unless it ends with the last chunk."""
+    out = b""
+    while True:
+        size_line, _, body = body.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            assert body == b"\r\n", body
+            return out
+        out, body = out + body[:size], body[size:]
+        assert body.startswith(b"\r\n")
+        body = body[2:]
+
+
+def follow_logs(h: Harness, query: str, steps: Sequence[Any]) -> tuple[bytes, bytes]:
+    """Serve one ``logs -f`` request; after each pause of the follow loop the next step
+    (a callable) runs. Returns the response's head and its de-chunked body."""
+    h.vk.follow_every = 0.01
+
+    async def scenario() -> bytes:
+        reader = asyncio.StreamReader()
+        reader.feed_data(f"GET /containerLogs/ns/p-u1/main?{query} HTTP/1.1\r\n\r\n".encode())
+        writer = FakeWriter()
+        serving = asyncio.create_task(h.vk._serve_conn(reader, writer))  # type: ignore[arg-type]
+        for step in steps:
+            await asyncio.sleep(0.05)
+            step(reader)
+        await asyncio.wait_for(serving, 5)
+        assert writer.closed
+        return bytes(writer.data)
+
+    head, _, body = asyncio.run(scenario()).partition(b"\r\n\r\n")
+    assert b"Transfer-Encoding: chunked" in head, head
+    return head, dechunk(body)
+
+
+@pytest.mark.unit
+def test_logs_follow_sends_what_the_log_adds_until_the_pod_ends(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.vk.on_pod("ADDED", pod())
+
+    def add(text: str) -> Any:
+        return lambda _reader: setattr(h.plugin, "log_text", h.plugin.log_text + text)
+
+    def end(_reader: asyncio.StreamReader) -> None:
+        h.plugin.log_text += "l6\n"
+        h.vk.pods["u1"].state = "terminal"
+
+    head, body = follow_logs(h, "follow=true&tailLines=1", [add("l4\n"), add("l5\n"), end])
+    assert head.startswith(b"HTTP/1.1 200 OK")
+    assert body == b"l3\nl4\nl5\nl6\n"
+    # the plugin was asked for the whole log each time (the tail is applied here, once)
+    assert {r["Opts"]["Tail"] for r in h.plugin.log_requests} == {0}
+    assert len(h.plugin.log_requests) >= 4
+
+
+@pytest.mark.unit
+def test_logs_follow_ends_when_the_client_leaves_or_the_limit_is_sent(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.vk.on_pod("ADDED", pod())
+    _, body = follow_logs(h, "follow=true", [lambda reader: reader.feed_eof()])
+    assert body == b"l1\nl2\nl3\n"  # the pod runs on; the loop ended with the connection
+    _, body = follow_logs(h, "follow=true&limitBytes=4", [])
+    assert body == b"l1\nl"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("seen", "now", "new"),
+    [
+        ("a\nb\n", "a\nb\nc\n", "c\n"),  # grew
+        ("a\nb\n", "a\nb\n", ""),  # unchanged
+        ("a\nb\n", "", ""),  # the file not there for a moment
+        ("a\nb\nc\n", "b\nc\nd\n", "d\n"),  # the plugin's window moved on
+        ("a\nb\n", "x\ny\n", "x\ny\n"),  # replaced: all of it is new
+        (  # a long overlap (found by searching for the probe)
+            "".join(f"line {i}\n" for i in range(50)),
+            "".join(f"line {i}\n" for i in range(20, 60)),
+            "".join(f"line {i}\n" for i in range(50, 60)),
+        ),
+    ],
+)
+def test_log_growth(seen: str, now: str, new: str) -> None:
+    added, after = vkmodel.log_growth(seen, now)
+    assert added == new
+    assert after == (now or seen)
 
 
 # ---------------------------------------------------------------- endpoint file polling

@@ -401,6 +401,33 @@ def tail_text(text: str, tail_lines: int, limit_bytes: int) -> str:
     return text
 
 
+def log_growth(seen: str, now: str) -> tuple[str, str]:
+    """What ``now`` (a container's log read again) adds to ``seen`` (the last read), and
+    what counts as seen after it.
+
+    A plugin returns at most the last part of a long log, so the start of ``now`` may lie
+    inside ``seen``: then only what follows the overlap is new. An empty or shorter read
+    (a log file not there for a moment) adds nothing; a log with no overlap at all (it was
+    replaced) is new as a whole.
+    """
+    if now.startswith(seen):
+        return now[len(seen) :], now
+    if not now or seen.startswith(now):
+        return "", seen
+    # the longest end of `seen` that `now` starts with: overlaps as long as the probe are
+    # found by searching for it, shorter ones are tried one by one
+    probe = now[:64]
+    start = seen.find(probe)
+    while start != -1:
+        if now.startswith(seen[start:]):
+            return now[len(seen) - start :], now
+        start = seen.find(probe, start + 1)
+    for start in range(max(1, len(seen) - len(probe) + 1), len(seen)):
+        if now.startswith(seen[start:]):
+            return now[len(seen) - start :], now
+    return now, now
+
+
 # ------------------------------------------------------------------ answers
 
 

@@ -31,10 +31,13 @@ For a pod bound to a backed node (:class:`VirtualKubelets`), per node in one loo
 so does not verify kubelet certificates) and points each backed node's
 ``status.daemonEndpoints.kubeletEndpoint.Port`` and addresses (InternalIP and Hostname:
 127.0.0.1) at it. ``GET /containerLogs/{ns}/{pod}/{container}`` answers the plugin's
-``/getLogs`` text (tailLines and limitBytes applied again locally; follow returns what
-there is and ends). The endpoint is not authenticated: the apiserver presents no client
-certificate (no ``--kubelet-client-certificate``); it listens on loopback only. A node
-that stops being backed gets its simulated address, port and capacity back.
+``/getLogs`` text (tailLines and limitBytes applied again locally). With ``follow`` the
+answer is chunked: the agent reads the whole log again every ``FOLLOW_EVERY`` seconds
+and sends what it added (``vkmodel.log_growth``) until the pod has ended (then what the
+last read added), ``limitBytes`` are sent, or the client goes away. The endpoint is
+not authenticated: the apiserver presents no client certificate (no
+``--kubelet-client-certificate``); it listens on loopback only. A node that stops being
+backed gets its simulated address, port and capacity back.
 
 Secrets are sent to the plugin only; no log line carries their values or a token.
 """
@@ -69,6 +72,8 @@ log = logging.getLogger("decice.sim.vkubelet")
 
 GONE = frozenset({404, 409, 422})
 LOOPBACK = "127.0.0.1"
+FOLLOW_EVERY = 1.0  # `kubectl logs -f`: the log is read again this often
+FOLLOW_ENDED = frozenset({"terminal", "deleting", "done"})  # states after which no more log
 CREATE_TIMEOUT = 120.0
 REQUEST_TIMEOUT = 30.0
 LOST_AFTER = 5  # consecutive /status answers without a followed pod
@@ -211,6 +216,22 @@ class BackedNode:
     capacity: dict[str, str] | None = None
 
 
+@dataclass(slots=True)
+class LogFollow:
+    """A ``kubectl logs -f`` being answered: what was read so far and what may still go."""
+
+    uid: str
+    node: BackedNode
+    request: dict[str, Any]  # the whole log: no tail, no byte limit
+    seen: str
+    left: int | None  # bytes still to send under limitBytes; None: no limit
+
+
+def _chunk(data: bytes) -> bytes:
+    """One chunk of a chunked HTTP/1.1 body."""
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
 @dataclass
 class VkStats:
     creates: int = 0
@@ -248,6 +269,7 @@ class VirtualKubelets:
         self.file_interval = file_interval
         self.ping_interval = ping_interval
         self.delete_grace = delete_grace
+        self.follow_every = FOLLOW_EVERY
         self.backed: dict[str, BackedNode] = {}
         self.pods: dict[str, BackedPod] = {}
         self.by_name: dict[tuple[str, str], str] = {}
@@ -683,34 +705,68 @@ class VirtualKubelets:
 
     async def _serve_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            status, text = await asyncio.wait_for(self._answer(reader), timeout=120)
+            status, text, follow = await asyncio.wait_for(self._answer(reader), timeout=120)
         except (TimeoutError, ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
             writer.close()
             return
         payload = text.encode()
         reason = {200: "OK", 400: "Bad Request", 404: "Not Found"}.get(status, "Error")
-        head = (
-            f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
-            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
-        )
+        head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        if follow is None:
+            data = f"{head}Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+            data += payload
+        else:
+            data = f"{head}Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n".encode()
+            data += _chunk(payload) if payload else b""
         with contextlib.suppress(ConnectionError, ssl.SSLError):
-            writer.write(head.encode() + payload)
+            writer.write(data)
             await writer.drain()
+            if follow is not None:
+                await self._follow_logs(follow, reader, writer)
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
         writer.close()
         with contextlib.suppress(Exception):
             await writer.wait_closed()
 
-    async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, str]:
+    async def _follow_logs(
+        self, follow: LogFollow, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Send what a followed log adds, every ``follow_every`` seconds, until its pod has
+        ended (then what the last read added), the byte limit is sent, or the client left."""
+        while follow.left is None or follow.left > 0:
+            await asyncio.sleep(self.follow_every)
+            if reader.at_eof() or writer.is_closing():
+                return
+            bp = self.pods.get(follow.uid)
+            ended = bp is None or bp.state in FOLLOW_ENDED
+            try:
+                now = await follow.node.client.logs(follow.request)
+            except (PluginError, PluginRefused) as exc:
+                log.info("logs -f of %s: the plugin could not be asked: %s", follow.uid, exc)
+                now = ""  # nothing new this round
+            new, follow.seen = vkmodel.log_growth(follow.seen, now)
+            data = new.encode()
+            if follow.left is not None:
+                data = data[: follow.left]
+                follow.left -= len(data)
+            if data:
+                writer.write(_chunk(data))
+                await writer.drain()
+            if ended:
+                return
+
+    async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, str, LogFollow | None]:
         line = (await reader.readline()).decode("latin-1").strip()
         while (await reader.readline()) not in (b"\r\n", b"\n", b""):
             pass
         parts = line.split()
         if len(parts) < 2 or parts[0] != "GET":
-            return 400, "only GET /containerLogs/{namespace}/{pod}/{container} is served\n"
+            return 400, "only GET /containerLogs/{namespace}/{pod}/{container} is served\n", None
         url = urlsplit(parts[1])
         segments = [unquote(s) for s in url.path.split("/") if s]
         if len(segments) != 4 or segments[0] != "containerLogs":
-            return 404, f"not served here: {url.path}\n"
+            return 404, f"not served here: {url.path}\n", None
         _, namespace, pod_name, container = segments
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         uid = self.by_name.get((namespace, pod_name))
@@ -720,18 +776,30 @@ class VirtualKubelets:
             return (
                 404,
                 f"pod {namespace}/{pod_name} is not on a node backed by an interLink plugin\n",
+                None,
             )
         self.stats.log_requests += 1
-        request = vkmodel.log_request(bp.pod, container, query)
+        follow = query.get("follow") == "true"
+        # following: the whole log is read, what to send is worked out here
+        asked = {k: v for k, v in query.items() if k not in ("tailLines", "limitBytes")}
+        request = vkmodel.log_request(bp.pod, container, asked if follow else query)
         try:
             text = await node.client.logs(request)
         except PluginRefused as exc:
-            return 404, f"the interLink plugin has no logs: HTTP {exc.status} {exc.text[:500]}\n"
+            return (
+                404,
+                f"the interLink plugin has no logs: HTTP {exc.status} {exc.text[:500]}\n",
+                None,
+            )
         except PluginError as exc:
-            return 500, f"the interLink plugin could not be asked for logs: {exc}\n"
+            return 500, f"the interLink plugin could not be asked for logs: {exc}\n", None
         tail = int(query.get("tailLines", "0")) if query.get("tailLines", "").isdigit() else 0
         limit = int(query.get("limitBytes", "0")) if query.get("limitBytes", "").isdigit() else 0
-        return 200, vkmodel.tail_text(text, tail, limit)
+        first = vkmodel.tail_text(text, tail, limit)
+        if not follow:
+            return 200, first, None
+        left = limit - len(first.encode()) if limit > 0 else None
+        return 200, first, LogFollow(bp.uid, node, request, text, left)
 
     # ------------------------------------------------------------ run
 
