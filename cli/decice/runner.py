@@ -7,6 +7,8 @@ What a run puts where (nothing secret on a command line or in an artifact):
   gets ``-e @<that file>``, never the values; the file is removed when the run ends;
 - ``artifacts/<ident>/command`` keeps the command line, the working directory and
   only the environment decice and ansible-runner set, not the one decice inherited;
+- ssh masters (ControlMaster) live in a directory per inventory
+  (:func:`control_path_dir`), so runs on different inventories never share one;
 - facts are cached in memory, not in the artifacts, and the stored events
   (``job_events/``) carry no ``ansible_facts`` (they include the environment);
 - the cancel callback is always decice's (:mod:`decice.interrupt`): ansible-runner
@@ -18,9 +20,12 @@ What a run puts where (nothing secret on a command line or in an artifact):
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import queue
+import stat
 import sys
 import threading
 from collections.abc import Generator, Mapping
@@ -31,6 +36,7 @@ from typing import Any
 import yaml
 
 from decice import interrupt, paths, proctree
+from decice.errors import RunFailedError
 from decice.redact import write_private
 
 NO_PHASE = "-"
@@ -105,6 +111,38 @@ def phase_of(play_name: str) -> str:
     """Phase of a play: plays are named ``"<phase>: <description>"``."""
     head, sep, _ = play_name.partition(":")
     return head.strip() if sep else NO_PHASE
+
+
+#: ssh master sockets live below ``<this>/decice-ssh-<uid>/`` (see control_path_dir)
+SSH_CONTROL_BASE = Path("/tmp")
+
+
+def control_path_dir(inventory: Path, base: Path = SSH_CONTROL_BASE) -> Path:
+    """The directory of the ssh masters of runs on ``inventory``:
+    ``<base>/decice-ssh-<uid>/<8 hex digits of the inventory's path>``.
+
+    Ansible names a master after address, port and user only, so runs on two inventories
+    whose ssh options differ (two labs' known_hosts; two ssh configs that both call a host
+    ``node1``) could carry their commands over a master the other opened. One directory
+    per inventory keeps them apart, and the path stays short whatever HOME is (a socket
+    path has at most 107 bytes and ssh adds 17 while it creates one). The per-user
+    directory is made 0700 and refused when it is a symlink, not ours, or open to others.
+    """
+    user_dir = base / f"decice-ssh-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        user_dir.mkdir(mode=0o700)
+    info = user_dir.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise RunFailedError(
+            f"{user_dir} (where decice keeps its ssh connections) is not a private directory "
+            f"of this user (uid {info.st_uid}, mode {stat.filemode(info.st_mode)}); "
+            "remove it and run again"
+        )
+    key = hashlib.sha256(str(inventory.resolve()).encode()).hexdigest()[:8]
+    cpdir = user_dir / key
+    with contextlib.suppress(FileExistsError):
+        cpdir.mkdir(mode=0o700)
+    return cpdir
 
 
 def ansible_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -323,7 +361,9 @@ def run_playbook(
     events: queue.Queue[Mapping[str, Any] | None] = queue.Queue()
     translate = _Translator()
     cmdline = "--check --diff" if run.check else None
-    envvars = ansible_env(run.envvars)
+    envvars = ansible_env(
+        {"ANSIBLE_SSH_CONTROL_PATH_DIR": str(control_path_dir(run.inventory)), **run.envvars}
+    )
     stop = threading.Event()
 
     killed = threading.Event()

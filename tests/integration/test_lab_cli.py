@@ -28,6 +28,11 @@ def test_up_creates_lab_then_verify_and_destroy(tmp_path: Path) -> None:
         record = json.loads(up.stdout)
         assert record["status"] == "ok"
         assert set(record["stats"]) >= {"node1", "node2"}
+        # the run's ssh masters are in its inventory's own directory (ControlPersist 60 s)
+        command = next(Path(record["artifacts"]).rglob("command"))
+        cpdir = Path(json.loads(command.read_text())["env"]["ANSIBLE_SSH_CONTROL_PATH_DIR"])
+        assert cpdir.parent.name == f"decice-ssh-{os.getuid()}", cpdir
+        assert any(p.is_socket() for p in cpdir.iterdir()), sorted(cpdir.iterdir())
         status = json.loads(run_decice(tmp_path, "lab", "status", "--json", timeout=900).stdout)
         assert [n["name"] for n in status["nodes"]] == ["node1", "node2"]
         assert Path(status["inventory"]).is_file() and Path(status["ssh_config"]).is_file()

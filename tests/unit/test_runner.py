@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from decice import runner
 from decice.runner import (
     HostResult,
     NoHostsMatched,
@@ -258,6 +259,9 @@ def test_extravars_travel_in_a_file_and_artifacts_hold_no_secret(
     assert not (pdd / "env" / "extravars").exists()
     # the command artifact keeps only what decice and ansible-runner set
     assert command["env"]["ANSIBLE_PIPELINING"] == "True"
+    # ssh masters in the inventory's own directory
+    cpdir = runner.control_path_dir(tmp_path / "inv.yml")
+    assert command["env"]["ANSIBLE_SSH_CONTROL_PATH_DIR"] == str(cpdir)
     assert "DECICE_TEST_TOKEN" not in command["env"] and "HOME" not in command["env"]
     # no artifact holds the token or the environment (facts are not stored)
     leaks = [

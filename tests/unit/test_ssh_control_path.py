@@ -1,0 +1,44 @@
+"""ssh masters: one directory per inventory, short whatever HOME is, private to the user."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from decice import runner
+from decice.errors import RunFailedError
+
+pytestmark = pytest.mark.unit
+
+# a socket path has at most 107 bytes; ssh adds 17 while it creates one and Ansible's name
+# of a master is 10 characters
+SOCKET_ROOM = 107 - 17 - 1 - 10
+
+
+def test_one_directory_per_inventory_short_and_private(tmp_path: Path) -> None:
+    one, two = tmp_path / "lab-a" / "inventory.yml", tmp_path / "lab-b" / "inventory.yml"
+    first = runner.control_path_dir(one, base=tmp_path)
+    assert runner.control_path_dir(one, base=tmp_path) == first  # same inventory, same masters
+    assert runner.control_path_dir(two, base=tmp_path) != first
+    assert first.parent == tmp_path / f"decice-ssh-{os.getuid()}"
+    for path in (first, first.parent):
+        assert path.is_dir() and path.stat().st_mode & 0o777 == 0o700
+    # the real base: short enough for any inventory, whatever HOME is
+    real = runner.control_path_dir(Path("/" + "x" * 200) / "inventory.yml")
+    assert len(str(real)) <= SOCKET_ROOM, real
+
+
+@pytest.mark.parametrize("bad", ["open", "symlink"])
+def test_a_directory_others_could_use_is_refused(tmp_path: Path, bad: str) -> None:
+    user_dir = tmp_path / f"decice-ssh-{os.getuid()}"
+    if bad == "open":
+        user_dir.mkdir(mode=0o700)
+        user_dir.chmod(0o777)
+    else:
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        user_dir.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(RunFailedError, match=f"{user_dir}.*not a private directory.*remove it"):
+        runner.control_path_dir(tmp_path / "inventory.yml", base=tmp_path)
+    assert not (tmp_path / "elsewhere").exists() or not any((tmp_path / "elsewhere").iterdir())
