@@ -113,36 +113,57 @@ def phase_of(play_name: str) -> str:
     return head.strip() if sep else NO_PHASE
 
 
-#: ssh master sockets live below ``<this>/decice-ssh-<uid>/`` (see control_path_dir)
+#: ssh master sockets live below ``<this>/decice-ssh-<uid>/`` when there is no
+#: ``$XDG_RUNTIME_DIR`` (see control_path_dir)
 SSH_CONTROL_BASE = Path("/tmp")
+CONTROL_PATH_ENV = "ANSIBLE_SSH_CONTROL_PATH_DIR"
 
 
-def control_path_dir(inventory: Path, base: Path = SSH_CONTROL_BASE) -> Path:
+def control_path_dir(inventory: Path, base: Path | None = None) -> Path:
     """The directory of the ssh masters of runs on ``inventory``:
-    ``<base>/decice-ssh-<uid>/<8 hex digits of the inventory's path>``.
+    ``<runtime dir>/decice-ssh-<uid>/<8 hex digits of the inventory's path>``, the runtime
+    dir being ``$XDG_RUNTIME_DIR`` (the user's own) when it is set, else ``base``.
 
     Ansible names a master after address, port and user only, so runs on two inventories
-    whose ssh options differ (two labs' known_hosts; two ssh configs that both call a host
-    ``node1``) could carry their commands over a master the other opened. One directory
-    per inventory keeps them apart, and the path stays short whatever HOME is (a socket
-    path has at most 107 bytes and ssh adds 17 while it creates one). The per-user
-    directory is made 0700 and refused when it is a symlink, not ours, or open to others.
+    (two labs' known_hosts; two ssh configs that both call a host ``node1``) could carry
+    their commands over a master the other opened; runs on different inventories never
+    share one this way. The path stays short whatever HOME is (a socket path has at most
+    107 bytes and ssh adds 17 while it creates one). The per-user directory is made 0700
+    and refused when it is a symlink, not ours, or open to others.
     """
-    user_dir = base / f"decice-ssh-{os.getuid()}"
-    with contextlib.suppress(FileExistsError):
-        user_dir.mkdir(mode=0o700)
-    info = user_dir.lstat()
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise RunFailedError(
-            f"{user_dir} (where decice keeps its ssh connections) is not a private directory "
-            f"of this user (uid {info.st_uid}, mode {stat.filemode(info.st_mode)}); "
-            "remove it and run again"
-        )
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    fallback = SSH_CONTROL_BASE if base is None else base
+    root = Path(runtime) if runtime.startswith("/") and Path(runtime).is_dir() else fallback
+    user_dir = root / f"decice-ssh-{os.getuid()}"
     key = hashlib.sha256(str(inventory.resolve()).encode()).hexdigest()[:8]
-    cpdir = user_dir / key
-    with contextlib.suppress(FileExistsError):
-        cpdir.mkdir(mode=0o700)
+    try:
+        with contextlib.suppress(FileExistsError):
+            user_dir.mkdir(mode=0o700)
+        info = user_dir.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            raise RunFailedError(
+                f"{user_dir} (where decice keeps its ssh connections) is not a private "
+                f"directory of this user (uid {info.st_uid}, mode {stat.filemode(info.st_mode)}); "
+                "remove it (root must, when another user made it) and run again, or set "
+                f"{CONTROL_PATH_ENV} to a private directory"
+            )
+        cpdir = user_dir / key
+        with contextlib.suppress(FileExistsError):
+            cpdir.mkdir(mode=0o700)
+    except OSError as exc:
+        raise RunFailedError(
+            f"cannot make the directory for decice's ssh connections in {root}: {exc}; "
+            f"set {CONTROL_PATH_ENV} to a private directory"
+        ) from exc
     return cpdir
+
+
+def control_path_env(inventory: Path, envvars: Mapping[str, str]) -> dict[str, str]:
+    """``{ANSIBLE_SSH_CONTROL_PATH_DIR: control_path_dir(inventory)}``, or nothing when the
+    run's variables or decice's environment set it already (the user's choice stands)."""
+    if CONTROL_PATH_ENV in envvars or CONTROL_PATH_ENV in os.environ:
+        return {}
+    return {CONTROL_PATH_ENV: str(control_path_dir(inventory))}
 
 
 def ansible_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -361,9 +382,8 @@ def run_playbook(
     events: queue.Queue[Mapping[str, Any] | None] = queue.Queue()
     translate = _Translator()
     cmdline = "--check --diff" if run.check else None
-    envvars = ansible_env(
-        {"ANSIBLE_SSH_CONTROL_PATH_DIR": str(control_path_dir(run.inventory)), **run.envvars}
-    )
+    envvars = ansible_env(run.envvars)
+    envvars.update(control_path_env(run.inventory, envvars))
     stop = threading.Event()
 
     killed = threading.Event()

@@ -156,7 +156,10 @@ def test_a_failure_is_named_and_the_rest_still_runs() -> None:
     assert r.removed["sysctls"] == [] and r.removed["users"] == []
 
 
-def test_interfaces_and_modules_that_stay_are_stuck_not_errors() -> None:
+def test_interfaces_and_modules_that_stay_are_stuck_not_errors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(restore.Restorer, "_loaded", staticmethod(lambda name: name == "overlay"))
     host = FakeHost(
         {
             ("ip", "-force", "-batch", "-"): (
@@ -179,7 +182,8 @@ def test_interfaces_and_modules_that_stay_are_stuck_not_errors() -> None:
     assert r.removed["modules"] == ["br_netfilter"]
 
 
-def test_changed_is_what_was_removed_not_what_was_asked() -> None:
+def test_changed_is_what_was_removed_not_what_was_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(restore.Restorer, "_loaded", staticmethod(lambda name: name == "overlay"))
     stays: dict[tuple[str, ...], tuple[int, str]] = {
         ("modprobe", "-r", "--", "overlay"): (1, "modprobe: FATAL: Module overlay is in use.")
     }
@@ -220,6 +224,24 @@ def test_a_mount_that_fails_but_is_gone_is_done(monkeypatch: pytest.MonkeyPatch)
     r.mounts(["/a", "/b"])
     assert r.removed["mounts"] == ["/a"]
     assert r.errors == ["unmount /b: rc 32: umount: /b: target is busy."]
+
+
+def test_a_module_unloaded_with_another_is_removed_not_stuck(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `modprobe -r br_netfilter` took bridge with it; `modprobe -r bridge` then fails
+    monkeypatch.setattr(restore.Restorer, "_loaded", staticmethod(lambda name: False))
+    host = FakeHost({("modprobe", "-r", "--", "bridge"): (1, "modprobe: FATAL: not loaded")})
+    r = _restorer(host)
+    r.modules(["br_netfilter", "bridge"])
+    assert r.removed["modules"] == ["br_netfilter", "bridge"]
+    assert r.stuck["modules"] == [] and r.errors == []
+
+
+def test_loaded_reads_sys_module() -> None:
+    loaded = sorted(p.name for p in Path("/sys/module").iterdir())
+    assert loaded and restore.Restorer._loaded(loaded[0])
+    assert not restore.Restorer._loaded("decice_no_such_module")
 
 
 def test_mounted_reads_proc_mounts(tmp_path: Path) -> None:

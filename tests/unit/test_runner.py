@@ -236,6 +236,10 @@ def test_extravars_travel_in_a_file_and_artifacts_hold_no_secret(
 ) -> None:
     token, env_token = f"tok{secrets.token_hex(8)}", f"env{secrets.token_hex(8)}"
     monkeypatch.setenv("DECICE_TEST_TOKEN", env_token)
+    monkeypatch.setattr(runner, "SSH_CONTROL_BASE", tmp_path / "cp")
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.delenv("ANSIBLE_SSH_CONTROL_PATH_DIR", raising=False)
+    (tmp_path / "cp").mkdir()
     payload = "{{ lookup('pipe', 'touch " + str(tmp_path / "templated") + "') }}"
     (tmp_path / "play.yml").write_text(SECRETS_PLAYBOOK)
     (tmp_path / "inv.yml").write_text(INVENTORY)
@@ -260,8 +264,9 @@ def test_extravars_travel_in_a_file_and_artifacts_hold_no_secret(
     # the command artifact keeps only what decice and ansible-runner set
     assert command["env"]["ANSIBLE_PIPELINING"] == "True"
     # ssh masters in the inventory's own directory
-    cpdir = runner.control_path_dir(tmp_path / "inv.yml")
+    cpdir = runner.control_path_dir(tmp_path / "inv.yml", base=tmp_path / "cp")
     assert command["env"]["ANSIBLE_SSH_CONTROL_PATH_DIR"] == str(cpdir)
+    assert cpdir.parent.parent == tmp_path / "cp"
     assert "DECICE_TEST_TOKEN" not in command["env"] and "HOME" not in command["env"]
     # no artifact holds the token or the environment (facts are not stored)
     leaks = [

@@ -753,6 +753,41 @@ def test_logs_follow_ends_when_the_client_leaves_or_the_limit_is_sent(tmp_path: 
 
 
 @pytest.mark.unit
+def test_logs_follow_stops_at_a_limit_that_cut_a_character(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.vk.on_pod("ADDED", pod())
+    h.plugin.log_text = "abcd\u00e9\n"  # the limit of 5 bytes cuts the 2-byte character
+
+    def add(_reader: asyncio.StreamReader) -> None:
+        h.plugin.log_text += "more\n"
+
+    _, body = follow_logs(h, "follow=true&limitBytes=5", [add])
+    assert body == b"abcd"  # nothing after the limit, not the next line's first byte
+
+
+@pytest.mark.unit
+def test_logs_follow_ends_when_the_node_is_no_longer_backed(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.vk.on_pod("ADDED", pod())
+    asked = len(h.plugin.log_requests)
+
+    def unback(_reader: asyncio.StreamReader) -> None:
+        h.vk.backed.pop("hpc-0")  # its plugin client is closed by the agent
+
+    _, body = follow_logs(h, "follow=true", [unback])
+    assert body == b"l1\nl2\nl3\n"
+    after = len(h.plugin.log_requests)
+    assert asked < after  # the first read, and the rounds before the node went
+
+
+@pytest.mark.unit
+def test_log_growth_of_repeated_lines_in_a_moving_window_is_placed_and_bounded() -> None:
+    seen = "x\n" * 50_000 + "y\n"
+    now = seen[20:] + "z\n"  # the window moved 20 characters on, one line was added
+    assert vkmodel.log_growth(seen, now) == ("z\n", now)
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("seen", "now", "new"),
     [

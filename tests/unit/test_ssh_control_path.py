@@ -17,6 +17,11 @@ pytestmark = pytest.mark.unit
 SOCKET_ROOM = 107 - 17 - 1 - 10
 
 
+@pytest.fixture(autouse=True)
+def _no_runtime_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+
+
 def test_one_directory_per_inventory_short_and_private(tmp_path: Path) -> None:
     one, two = tmp_path / "lab-a" / "inventory.yml", tmp_path / "lab-b" / "inventory.yml"
     first = runner.control_path_dir(one, base=tmp_path)
@@ -25,9 +30,18 @@ def test_one_directory_per_inventory_short_and_private(tmp_path: Path) -> None:
     assert first.parent == tmp_path / f"decice-ssh-{os.getuid()}"
     for path in (first, first.parent):
         assert path.is_dir() and path.stat().st_mode & 0o777 == 0o700
-    # the real base: short enough for any inventory, whatever HOME is
-    real = runner.control_path_dir(Path("/" + "x" * 200) / "inventory.yml")
-    assert len(str(real)) <= SOCKET_ROOM, real
+    # the default base: short enough for any inventory, whatever HOME is
+    worst = Path(str(runner.SSH_CONTROL_BASE)) / "decice-ssh-4294967294" / ("0" * 8)
+    assert len(str(worst)) <= SOCKET_ROOM, worst
+
+
+def test_the_runtime_dir_is_preferred(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = tmp_path / "run-user"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    cpdir = runner.control_path_dir(tmp_path / "inventory.yml", base=tmp_path / "unused")
+    assert cpdir.parent == runtime / f"decice-ssh-{os.getuid()}"
+    assert not (tmp_path / "unused").exists()
 
 
 @pytest.mark.parametrize("bad", ["open", "symlink"])
@@ -42,3 +56,21 @@ def test_a_directory_others_could_use_is_refused(tmp_path: Path, bad: str) -> No
     with pytest.raises(RunFailedError, match=f"{user_dir}.*not a private directory.*remove it"):
         runner.control_path_dir(tmp_path / "inventory.yml", base=tmp_path)
     assert not (tmp_path / "elsewhere").exists() or not any((tmp_path / "elsewhere").iterdir())
+
+
+def test_a_base_it_cannot_write_is_a_clear_error(tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "such" / "dir"
+    with pytest.raises(RunFailedError, match=f"in {missing}: .*ANSIBLE_SSH_CONTROL_PATH_DIR"):
+        runner.control_path_dir(tmp_path / "inventory.yml", base=missing)
+
+
+def test_a_directory_the_user_set_stands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner, "SSH_CONTROL_BASE", tmp_path)
+    monkeypatch.delenv(runner.CONTROL_PATH_ENV, raising=False)
+    inventory = tmp_path / "inventory.yml"
+    assert runner.control_path_env(inventory, {}) == {
+        runner.CONTROL_PATH_ENV: str(runner.control_path_dir(inventory))
+    }
+    assert runner.control_path_env(inventory, {runner.CONTROL_PATH_ENV: "/mine"}) == {}
+    monkeypatch.setenv(runner.CONTROL_PATH_ENV, "/mine")
+    assert runner.control_path_env(inventory, {}) == {}

@@ -401,29 +401,40 @@ def tail_text(text: str, tail_lines: int, limit_bytes: int) -> str:
     return text
 
 
+LOG_PROBES = (64, 4096, 65536)  # lengths of the start of a new read looked for in the last
+LOG_CANDIDATES = 16  # places tried per probe: bounded work for a log of repeated lines
+
+
 def log_growth(seen: str, now: str) -> tuple[str, str]:
     """What ``now`` (a container's log read again) adds to ``seen`` (the last read), and
     what counts as seen after it.
 
     A plugin returns at most the last part of a long log, so the start of ``now`` may lie
-    inside ``seen``: then only what follows the overlap is new. An empty or shorter read
-    (a log file not there for a moment) adds nothing; a log with no overlap at all (it was
-    replaced) is new as a whole.
+    inside ``seen``: then what follows the longest end of ``seen`` that ``now`` starts with
+    is new. An empty or shorter read that ``seen`` starts with (a log file not there for a
+    moment) adds nothing; a read with no overlap at all (the log was replaced) is new as a
+    whole. Matching is by content, so it has the limits of content: lines that repeat
+    exactly where a moving window starts can be taken for each other, and a log that
+    starts again with what it started with before (a container run again) is sent from
+    where the two differ. The search is bounded (``LOG_PROBES`` x ``LOG_CANDIDATES``
+    places); a window that cannot be placed within it is sent whole.
     """
     if now.startswith(seen):
         return now[len(seen) :], now
     if not now or seen.startswith(now):
         return "", seen
-    # the longest end of `seen` that `now` starts with: overlaps as long as the probe are
-    # found by searching for it, shorter ones are tried one by one
-    probe = now[:64]
-    start = seen.find(probe)
-    while start != -1:
-        if now.startswith(seen[start:]):
-            return now[len(seen) - start :], now
-        start = seen.find(probe, start + 1)
-    for start in range(max(1, len(seen) - len(probe) + 1), len(seen)):
-        if now.startswith(seen[start:]):
+    for size in LOG_PROBES:
+        probe = now[:size]
+        start, tried = seen.find(probe), 0
+        while start != -1 and tried < LOG_CANDIDATES:
+            if seen.startswith(now[: len(seen) - start], start):
+                return now[len(seen) - start :], now
+            start, tried = seen.find(probe, start + 1), tried + 1
+        if len(probe) < size:
+            break  # the whole of `now` was the probe: longer ones find nothing more
+    # overlaps shorter than the first probe, one by one (at most 63)
+    for start in range(max(1, len(seen) - LOG_PROBES[0] + 1), len(seen)):
+        if seen.startswith(now[: len(seen) - start], start):
             return now[len(seen) - start :], now
     return now, now
 

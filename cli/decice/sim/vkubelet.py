@@ -718,33 +718,42 @@ class VirtualKubelets:
         else:
             data = f"{head}Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n".encode()
             data += _chunk(payload) if payload else b""
-        with contextlib.suppress(ConnectionError, ssl.SSLError):
-            writer.write(data)
-            await writer.drain()
-            if follow is not None:
-                await self._follow_logs(follow, reader, writer)
-                writer.write(b"0\r\n\r\n")
+        try:
+            with contextlib.suppress(ConnectionError, ssl.SSLError):
+                writer.write(data)
                 await writer.drain()
-        writer.close()
-        with contextlib.suppress(Exception):
-            await writer.wait_closed()
+                if follow is not None:
+                    await self._follow_logs(follow, reader, writer)
+                    writer.write(b"0\r\n\r\n")
+                    await writer.drain()
+        finally:  # also when the agent stops (cancelled) or a follow failed
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
 
     async def _follow_logs(
         self, follow: LogFollow, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         """Send what a followed log adds, every ``follow_every`` seconds, until its pod has
         ended (then what the last read added), the byte limit is sent, or the client left."""
+        error = ""
         while follow.left is None or follow.left > 0:
             await asyncio.sleep(self.follow_every)
             if reader.at_eof() or writer.is_closing():
                 return
             bp = self.pods.get(follow.uid)
+            if bp is not None and self.backed.get(bp.node) is not follow.node:
+                return  # the node is no longer backed by that plugin (its client is closed)
             ended = bp is None or bp.state in FOLLOW_ENDED
             try:
                 now = await follow.node.client.logs(follow.request)
             except (PluginError, PluginRefused) as exc:
-                log.info("logs -f of %s: the plugin could not be asked: %s", follow.uid, exc)
+                if str(exc) != error:  # each distinct error once, not every second
+                    error = str(exc)
+                    log.info("logs -f of %s: the plugin could not be asked: %s", follow.uid, exc)
                 now = ""  # nothing new this round
+            except RuntimeError:
+                return  # its client was closed: the agent stops
             new, follow.seen = vkmodel.log_growth(follow.seen, now)
             data = new.encode()
             if follow.left is not None:
@@ -798,7 +807,10 @@ class VirtualKubelets:
         first = vkmodel.tail_text(text, tail, limit)
         if not follow:
             return 200, first, None
-        left = limit - len(first.encode()) if limit > 0 else None
+        # the limit reached: nothing more (a character cut at it is dropped, as the kubelet
+        # would cut it); else the bytes still allowed
+        untrimmed = len(vkmodel.tail_text(text, tail, 0).encode())
+        left = None if limit <= 0 else (0 if untrimmed >= limit else limit - untrimmed)
         return 200, first, LogFollow(bp.uid, node, request, text, left)
 
     # ------------------------------------------------------------ run

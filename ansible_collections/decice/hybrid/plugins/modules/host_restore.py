@@ -21,7 +21,9 @@ author:
 description:
   - Removes the leftovers C(roles/restore/tasks/leftovers.yml) worked out (filter
     C(decice.hybrid.snapshot_leftovers)) in one module run per step, instead of one run per
-    unit, mount, sysctl, module, user and group.
+    unit, mount, sysctl, module, user and group; C(roles/restore/tasks/undo.yml) removes
+    what prepare created, sets its sysctls back and unloads its modules with it (filter
+    C(decice.hybrid.restore_undo)).
   - Works in this order - units, mounts, interfaces, paths, sysctls, modules, users, groups
     - and goes on past an item that fails, so one stuck item does not keep the others.
   - Fails (after the rest is done) when a unit cannot be stopped or disabled, a mount
@@ -228,10 +230,15 @@ class Restorer:
     def modules(self, names: list[str]) -> None:
         for name in names:
             rc, _, _ = self.run(["modprobe", "-r", "--", name])
-            if rc == 0:
+            # gone anyway: unloaded with a module listed before it that used it
+            if rc == 0 or not self._loaded(name):
                 self.removed["modules"].append(name)
             else:
                 self.stuck["modules"].append(name)
+
+    @staticmethod
+    def _loaded(name: str) -> bool:
+        return Path("/sys/module", name).exists()
 
     def accounts(self, kind: str, names: list[str]) -> None:
         program = "userdel" if kind == "users" else "groupdel"
