@@ -804,12 +804,13 @@ class VirtualKubelets:
             return 500, f"the interLink plugin could not be asked for logs: {exc}\n", None
         tail = int(query.get("tailLines", "0")) if query.get("tailLines", "").isdigit() else 0
         limit = int(query.get("limitBytes", "0")) if query.get("limitBytes", "").isdigit() else 0
-        first = vkmodel.tail_text(text, tail, limit)
+        tailed = vkmodel.tail_text(text, tail, 0)
+        first = vkmodel.tail_text(tailed, 0, limit)
         if not follow:
             return 200, first, None
         # the limit reached: nothing more (a character cut at it is dropped, as the kubelet
         # would cut it); else the bytes still allowed
-        untrimmed = len(vkmodel.tail_text(text, tail, 0).encode())
+        untrimmed = len(tailed.encode())
         left = None if limit <= 0 else (0 if untrimmed >= limit else limit - untrimmed)
         return 200, first, LogFollow(bp.uid, node, request, text, left)
 

@@ -144,11 +144,17 @@ def _sysctl(name: str) -> str | None:
     return None if text is None else " ".join(text.split())
 
 
-def _run(module: AnsibleModule, argv: list[str]) -> tuple[int, str]:
-    program = module.get_bin_path(argv[0])
+def _command(module: AnsibleModule, argv: list[str]) -> tuple[int, str, str]:
+    """rc, stdout, stderr of ``argv`` (C locale); 127 when the program is not there."""
+    program = module.get_bin_path(argv[0]) if argv else None
     if not program:
-        return 127, ""
-    rc, out, _err = module.run_command([program, *argv[1:]], environ_update={"LC_ALL": "C"})
+        return 127, "", "not found"
+    rc, out, err = module.run_command([program, *argv[1:]], environ_update={"LC_ALL": "C"})
+    return rc, out, err
+
+
+def _run(module: AnsibleModule, argv: list[str]) -> tuple[int, str]:
+    rc, out, _err = _command(module, argv)
     return rc, out
 
 
@@ -305,11 +311,7 @@ def main() -> None:
     commands = []
     for argv in module.params["commands"]:
         argv = [str(word) for word in argv]
-        program = module.get_bin_path(argv[0]) if argv else None
-        if not program:
-            commands.append({"argv": argv, "rc": 127, "stdout": "", "stderr": "not found"})
-            continue
-        rc, out, err = module.run_command([program, *argv[1:]], environ_update={"LC_ALL": "C"})
+        rc, out, err = _command(module, argv)
         commands.append({"argv": argv, "rc": rc, "stdout": out, "stderr": err})
     extra: dict[str, object] = {}
     if module.params["packages"]:
