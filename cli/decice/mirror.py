@@ -6,6 +6,7 @@ mounts at the same path) or an HTTP(S) base URL (``mirror.url``) with this layou
     charts/<chart>-<version>.tgz       add-on charts (``artifact.file`` of versions.yml)
     manifests/<name>-<version>.yaml    plain manifests
     images/<addon>.txt                 images an add-on's charts reference (decice mirror sync)
+    images/kubernetes.txt              images Kubespray pulls for the spec (decice mirror sync)
     kubespray/kubespray-<tag>.tar.gz   the Kubespray source (a GitHub tag archive)
     kubespray/SHA256SUMS               optional: ``<sha256>  <file name>`` lines (sha256sum format)
     files/<host>/<path>                Kubespray's offline files as contrib/offline/

@@ -12,7 +12,8 @@ with the role's ``<addon>_default_values`` under the spec's ``addons.<addon>.val
 Kubespray's offline files (:mod:`decice.kubespray.offline`: kubeadm, kubelet, etcd, runc,
 CNI plugins, ... with the sha256 Kubespray pins for the spec's kube version, runtime and
 CNI) are listed as add-on ``kubernetes`` and placed at ``files/<host>/<path>``, where
-``up`` points Kubespray's ``files_repo``.
+``up`` points Kubespray's ``files_repo``; the images Kubespray pulls for the same settings
+are listed in ``images/kubernetes.txt`` for the site's mirror registry.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import yaml
 from decice import addons, atomicfile, mirror, paths, versions
 from decice.errors import InputError
 from decice.kubespray import offline
-from decice.kubespray.offline import OfflineFile
+from decice.kubespray.offline import Offline, OfflineFile
 from decice.spec import LoadedSpec
 
 IMAGES_DIR = "images"
@@ -376,7 +377,13 @@ def image_list(
     except (mirror.MirrorError, InputError, yaml.YAMLError) as exc:
         out.detail = str(exc)
         return out
-    out.images = sorted(found)
+    return write_image_list(dest, addon, found)
+
+
+def write_image_list(dest: Path, addon: str, images: Iterable[str]) -> ImageList:
+    """``images/<addon>.txt`` with ``images`` (sorted, one per line), written only when it
+    differs from what is there."""
+    out = ImageList(addon, f"{IMAGES_DIR}/{addon}.txt", "not done", sorted(set(images)))
     text = "".join(f"{image}\n" for image in out.images)
     target = dest / IMAGES_DIR / f"{addon}.txt"
     old = target.read_text(encoding="utf-8") if target.is_file() else None
@@ -404,15 +411,16 @@ def sync(
     dest: Path,
     source: mirror.Mirror | None,
     helm: str | None,
-    kubespray: Iterable[OfflineFile] = (),
+    kubespray: Offline | None = None,
 ) -> SyncResult:
     """Fetch every enabled add-on's artifacts and ``kubespray``'s offline files into
-    ``dest``; write sums and image lists.
+    ``dest``; write sums and image lists (``kubespray``'s images as
+    ``images/kubernetes.txt``).
 
     ``helm`` may be None only when no enabled add-on pins a chart (see :func:`needs_helm`).
     """
     result = SyncResult(str(dest), source.root if source else "upstream URLs")
-    every = [*kubespray_entries(kubespray), *entries(loaded)]
+    every = [*kubespray_entries(kubespray.files if kubespray else ()), *entries(loaded)]
     todo = [e.pin.file for e in every if e.enabled and e.pin]
     merge_sums(dest, {}, check=todo)  # a broken SHA256SUMS is bad input: stop before copying
     placed: dict[str, str] = {}
@@ -439,6 +447,9 @@ def sync(
         if entry.addon != KUBERNETES:  # binaries and archives: no images in them
             charts.setdefault(entry.addon, []).append(dest.joinpath(*entry.pin.file.split("/")))
     result.sums_written = merge_sums(dest, placed)
+    if kubespray is not None and kubespray.images:
+        dest.mkdir(parents=True, exist_ok=True)
+        result.images.append(write_image_list(dest, KUBERNETES, kubespray.images))
     for addon, files in charts.items():
         if addon in missing:
             result.images.append(
@@ -488,7 +499,7 @@ def command(
         raise InputError(f"--dest {where}: exists and is not a directory")
     origin = source_mirror(source) if source is not None else None
     helm = require_helm(helm_binary()) if needs_helm(loaded) else None
-    kubespray = offline.list_files(loaded) if deploys_kubernetes(loaded) else []
+    kubespray = offline.list_offline(loaded) if deploys_kubernetes(loaded) else None
     result = sync(loaded, where, origin, helm, kubespray)
     if json_out:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")

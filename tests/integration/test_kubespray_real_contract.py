@@ -27,6 +27,7 @@ from decice import inventory, spec
 from decice.kubespray import downloads, offline, render, run, source, venv
 from decice.mirror import Mirror
 from decice.runner import ansible_env
+from tests.integration.test_kubespray_contract import SPEC as STANDIN_CONTRACT_SPEC
 from tests.support import DECICE, require
 
 pytestmark = pytest.mark.local
@@ -63,6 +64,9 @@ SHAPES: dict[str, str] = {
     + "allocation: {vars: {prepare_kernel_wide: false}, host_keys: accept-new}\n"
     + "mirror:\n  path: mirror\n  registry: {url: 'https://reg.site/k8s', ca: /etc/ca.pem}\n"
     + NO_EDGE,
+    # the stand-in contract's spec (test_kubespray_contract): host vars ip and ansible_user,
+    # an edge host, flannel, a local mirror
+    "flannel-edge-mirror-host-vars": STANDIN_CONTRACT_SPEC.split("hosts:\n", 1)[1],
 }
 
 
@@ -162,6 +166,9 @@ def test_real_kubespray_validates_decice_inventory(
         assert first["download_cache_dir"] == str(tmp_path / shape / "ks-cache")
     if "w1" in hostvars and "ip: 10.1.0.11" in SHAPES[shape]:
         assert _plain(hostvars["w1"]["ip"]) == "10.1.0.11"
+    if "vars: {ip: 10.1.0.10}" in SHAPES[shape]:  # a spec's host vars reach Kubespray
+        assert _plain(first["ip"]) == "10.1.0.10"
+        assert _plain(hostvars["w1"]["ansible_user"]) == "hpc"
 
 
 def test_real_validation_refuses_an_empty_etcd_group(
@@ -197,8 +204,13 @@ def test_mirror_sync_takes_kubesprays_offline_files_where_up_looks_for_them(
         f"mirror: {{path: {MIRROR}}}\n" + ALL_ADDONS_OFF
     )
     loaded = spec.load(tmp_path / "decice.yaml")
-    files = offline.list_files(loaded)
+    listing = offline.list_offline(loaded)
+    files = listing.files
     names = {f.name for f in files}
+    # the images Kubespray pulls for these settings, kubeadm's kube-* included
+    assert "registry.k8s.io/kube-apiserver:v1.32.10" in listing.images, listing.images
+    assert any("/calico/node:" in i for i in listing.images), listing.images
+    assert not any("flannel" in i or "cilium" in i for i in listing.images), listing.images
     wanted = {"kubeadm", "kubelet", "kubectl", "etcd", "runc", "containerd", "cni", "crictl"}
     assert wanted | {"calicoctl"} <= names, names
     mirror = Mirror("path", str(tmp_path / "m"))
@@ -213,8 +225,11 @@ def test_mirror_sync_takes_kubesprays_offline_files_where_up_looks_for_them(
     (tmp_path / "flannel.yaml").write_text(
         (tmp_path / "decice.yaml").read_text().replace("cni: calico", "cni: flannel")
     )
-    flannel = {f.name for f in offline.list_files(spec.load(tmp_path / "flannel.yaml"))}
+    flannel_listing = offline.list_offline(spec.load(tmp_path / "flannel.yaml"))
+    flannel = {f.name for f in flannel_listing.files}
     assert "calicoctl" not in flannel and wanted <= flannel
+    assert any("flannel" in i for i in flannel_listing.images), flannel_listing.images
+    assert not any("/calico/" in i for i in flannel_listing.images), flannel_listing.images
 
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -242,4 +257,8 @@ def test_mirror_sync_takes_kubesprays_offline_files_where_up_looks_for_them(
     assert set(kube) == names
     assert {i["status"] for i in kube.values()} == {"failed"}
     assert all(i["file"].startswith("files/") for i in kube.values())
-    assert not any(p.is_file() for p in (tmp_path / "m").rglob("*"))
+    # no file placed; the image list needs no download and is written
+    placed = [p for p in (tmp_path / "m").rglob("*") if p.is_file()]
+    assert placed == [tmp_path / "m" / "images" / "kubernetes.txt"], placed
+    assert placed[0].read_text().splitlines() == listing.images
+    assert [i["file"] for i in result["images"]] == ["images/kubernetes.txt"]

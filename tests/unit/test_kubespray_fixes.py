@@ -158,6 +158,8 @@ def test_kubespray_runs_without_its_dev_null_known_hosts(tmp_path: Path) -> None
     assert inv.env["ANSIBLE_SSH_ARGS"] == run.SSH_ARGS
     assert "UserKnownHostsFile" not in run.SSH_ARGS
     assert "ControlPersist=30m" in run.SSH_ARGS  # the rest of Kubespray's ansible.cfg ssh_args
+    # never a prompt, whatever the inventory says (a hand-written one may carry no options)
+    assert "-o BatchMode=yes" in run.SSH_ARGS
 
 
 # ---------------------------------------------------------------- 2. up --check

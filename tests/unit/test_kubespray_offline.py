@@ -49,6 +49,20 @@ def test_offline_files_are_the_enabled_pinned_downloads() -> None:
         offline.offline_files({"runc": listed("runc", RUNC, "")})
 
 
+def test_images_are_the_enabled_container_downloads_and_never_files() -> None:
+    image = downloads.Listed("coredns", "", "", True, "", "registry.k8s.io/coredns:v1.11.3")
+    off = downloads.Listed("cilium", "", "", False, "", "quay.io/cilium/cilium:v1.17.7")
+    proxy = downloads.Listed("kube-proxy", "", "", True, "", "registry.k8s.io/kube-proxy:v1.3")
+    again = downloads.Listed("coredns2", "", "", True, "", "registry.k8s.io/coredns:v1.11.3")
+    file = listed("runc", RUNC, "ab" * 32)
+    both = {i.name: i for i in (image, off, proxy, again, file)}
+    assert offline.offline_images(both) == [
+        "registry.k8s.io/coredns:v1.11.3",
+        "registry.k8s.io/kube-proxy:v1.3",
+    ]
+    assert [f.name for f in offline.offline_files(both)] == ["runc"]  # images pin no file
+
+
 def test_sync_places_kubesprays_files_from_another_mirror_and_checks_them(
     tmp_path: Path,
 ) -> None:
@@ -74,7 +88,8 @@ def test_sync_places_kubesprays_files_from_another_mirror_and_checks_them(
     assert not mirror_sync.deploys_kubernetes(loaded)  # sim runs its own control plane
     dest = tmp_path / "m"
     origin = mirror.Mirror("path", str(source))
-    result = mirror_sync.sync(loaded, dest, origin, None, [runc, crictl])
+    images = ["registry.k8s.io/kube-proxy:v1.32.10", "quay.io/calico/node:v3.29.6"]
+    result = mirror_sync.sync(loaded, dest, origin, None, offline.Offline([runc, crictl], images))
     status = {i.component: i.status for i in result.artifacts if i.addon == "kubernetes"}
     assert status == {"runc": "copied", "crictl": "failed"}
     assert not result.ok
@@ -82,6 +97,16 @@ def test_sync_places_kubesprays_files_from_another_mirror_and_checks_them(
     assert not dest.joinpath(*crictl.file.split("/")).exists()
     sums = dest.joinpath(*runc.file.split("/")).parent / "SHA256SUMS"
     assert sums.read_text() == f"{runc.sha256}  runc.amd64\n"
-    again = mirror_sync.sync(loaded, dest, origin, None, [runc])
+    # the images Kubespray pulls, for the site's mirror registry
+    assert [(i.file, i.status, i.images) for i in result.images] == [
+        ("images/kubernetes.txt", "written", sorted(images))
+    ]
+    assert (dest / "images" / "kubernetes.txt").read_text() == "".join(
+        f"{image}\n" for image in sorted(images)
+    )
+    again = mirror_sync.sync(loaded, dest, origin, None, offline.Offline([runc], images))
     assert [i.status for i in again.artifacts if i.addon == "kubernetes"] == ["kept"]
-    assert again.images == []  # binaries have no image list
+    assert [i.status for i in again.images] == ["unchanged"]
+    files_only = mirror_sync.sync(loaded, dest, origin, None, offline.Offline([runc], []))
+    assert files_only.images == []  # no image listed: the file is left as it is
+    assert (dest / "images" / "kubernetes.txt").is_file()

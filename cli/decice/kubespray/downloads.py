@@ -35,8 +35,10 @@ MAX_LISTED = 5
 # Renders Kubespray's own download list (as contrib/offline/generate_list.yml does) on
 # the controller: the roles only load their defaults (when: false), nothing is changed.
 LIST_PLAYBOOK = """\
-# Written by decice: Kubespray's file downloads (dest basename, url) for its group_vars.
-- name: List Kubespray's file downloads
+# Written by decice: Kubespray's downloads for its group_vars - files (dest basename, url,
+# sha256) and container images (repo:tag; with the kube-* images kubeadm pulls, which are
+# not in `downloads`, as contrib/offline/generate_list.sh adds them).
+- name: List Kubespray's downloads
   hosts: localhost
   connection: local
   gather_facts: true
@@ -57,6 +59,15 @@ LIST_PLAYBOOK = """\
                 'enabled': item.enabled | default(true) | bool,
                 'checksum': item.checksum | default('') | string} | to_json }}
           {% endfor %}
+          {% for name, item in downloads.items() if item.container | default(false) %}
+          {{ {'name': name, 'image': item.repo ~ ':' ~ item.tag,
+                'enabled': item.enabled | default(true) | bool} | to_json }}
+          {% endfor %}
+          {% for name in ['kube-apiserver', 'kube-controller-manager', 'kube-scheduler',
+                          'kube-proxy'] %}
+          {{ {'name': name, 'image': kube_image_repo ~ '/' ~ name ~ ':v' ~ kube_version}
+             | to_json }}
+          {% endfor %}
 """
 
 
@@ -68,11 +79,12 @@ class FailedDownload:
 
 @dataclass(frozen=True)
 class Listed:
-    name: str  # key of Kubespray's `downloads`
-    file: str  # basename of its dest on the node
-    url: str
+    name: str  # key of Kubespray's `downloads` (or a kube-* image kubeadm pulls)
+    file: str  # basename of its dest on the node ("" for an image)
+    url: str  # "" for an image
     enabled: bool = True  # Kubespray's `enabled` of the item (runtime, CNI, ... chosen)
     checksum: str = ""  # Kubespray's pin: "sha256:<hex>" (or the bare hex)
+    image: str = ""  # repo:tag of a container download ("" for a file)
 
 
 def _events(events_dir: Path) -> list[Mapping[str, Any]]:
@@ -127,7 +139,8 @@ def list_downloads(
     group_vars: Path | Sequence[Path],
     work_dir: Path,
 ) -> dict[str, Listed]:
-    """Kubespray's file downloads by name (its ``downloads``), rendered by ``binary``.
+    """Kubespray's downloads by name (its ``downloads``: files, and images with
+    :attr:`Listed.image` set), rendered by ``binary``.
 
     ``binary`` is the Kubespray env's ansible-playbook; ``group_vars`` decice's
     ``group_vars/<group>/decice.yml`` files, ``all`` first, then ``k8s_cluster`` (where
@@ -177,10 +190,11 @@ def list_downloads(
             item = json.loads(line)
             listed[str(item["name"])] = Listed(
                 str(item["name"]),
-                str(item["file"]),
-                str(item["url"]),
+                str(item.get("file") or ""),
+                str(item.get("url") or ""),
                 bool(item.get("enabled", True)),
                 str(item.get("checksum") or ""),
+                str(item.get("image") or ""),
             )
     return listed
 
@@ -219,7 +233,10 @@ def explain(
         missing = [
             e
             for e in listed.values()
-            if e.enabled and (p := in_mirror(e.url, files_repo, mirror)) and not p.is_file()
+            if e.enabled
+            and not e.image
+            and (p := in_mirror(e.url, files_repo, mirror))
+            and not p.is_file()
         ]
         lines = [f"Kubespray's download stage stopped {on}: a file it fetches is not in the mirror"]
         if failed[0].item:

@@ -1,4 +1,5 @@
-"""Kubespray's offline files for a spec: what `decice mirror sync` adds to a mirror.
+"""Kubespray's offline files and images for a spec: what `decice mirror sync` adds to a
+mirror.
 
 Kubespray downloads its binaries (kubeadm, kubelet, kubectl, etcd, containerd, runc, CNI
 plugins, crictl, ...) from upstream URLs, each with the sha256 its defaults pin for the
@@ -6,7 +7,10 @@ kube version. The list is Kubespray's own ``downloads`` as ``contrib/offline``'s
 generate_list.yml renders it, for the spec's settings (kube version, runtime, CNI) but
 without a ``files_repo``: the URLs are the upstream ones. A mirror keeps each file at
 ``files/<host>/<path of the URL>``, which is where decice's ``files_repo`` points
-Kubespray during ``up`` (see ``downloads.in_mirror``).
+Kubespray during ``up`` (see ``downloads.in_mirror``). The images Kubespray pulls for the
+same settings (its enabled container downloads and the kube-* images kubeadm pulls, as
+``contrib/offline/generate_list.sh`` lists them) are the list a site loads into its
+mirror registry (``images/kubernetes.txt``).
 """
 
 from __future__ import annotations
@@ -46,6 +50,19 @@ def mirror_path(url: str) -> str:
     return f"{mirrors.FILES_DIR}/{parts.hostname}/{path}"
 
 
+@dataclass(frozen=True)
+class Offline:
+    """What Kubespray downloads for a spec: files for the mirror, images for its registry."""
+
+    files: list[OfflineFile]
+    images: list[str]  # repo:tag, sorted
+
+
+def offline_images(listed: dict[str, downloads.Listed]) -> list[str]:
+    """The enabled container downloads' ``repo:tag`` (sorted, each once)."""
+    return sorted({item.image for item in listed.values() if item.image and item.enabled})
+
+
 def offline_files(listed: dict[str, downloads.Listed]) -> list[OfflineFile]:
     """The enabled downloads that pin a sha256, as mirror files (sorted by name).
 
@@ -55,7 +72,7 @@ def offline_files(listed: dict[str, downloads.Listed]) -> list[OfflineFile]:
     out: list[OfflineFile] = []
     unpinned: list[str] = []
     for item in sorted(listed.values(), key=lambda i: i.name):
-        if not item.enabled:
+        if not item.enabled or item.image:
             continue
         match = _SHA256.fullmatch(item.checksum.strip())
         if match is None:
@@ -70,8 +87,8 @@ def offline_files(listed: dict[str, downloads.Listed]) -> list[OfflineFile]:
     return out
 
 
-def list_files(loaded: LoadedSpec) -> list[OfflineFile]:
-    """The offline files Kubespray needs for ``loaded``'s kubernetes settings.
+def list_offline(loaded: LoadedSpec) -> Offline:
+    """The offline files and images Kubespray needs for ``loaded``'s kubernetes settings.
 
     Prepares the pinned Kubespray source and its Python env (cached, as ``up`` does;
     the source comes from the spec's mirror or upstream) and asks it for its list.
@@ -96,4 +113,4 @@ def list_files(loaded: LoadedSpec) -> list[OfflineFile]:
             f"Kubespray {pinned.tag} at {src.path} listed no downloads\n"
             "    fix: run `decice up --check` to see whether its env works"
         )
-    return offline_files(listed)
+    return Offline(offline_files(listed), offline_images(listed))

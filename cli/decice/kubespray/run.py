@@ -47,7 +47,10 @@ OPTIONS = ("--become",)
 # would hide every known key (each host "unknown": a prompt or a failure). The hosts'
 # ansible_ssh_common_args carry decice's known_hosts files, StrictHostKeyChecking and
 # BatchMode (decice.inventory.trust_options); ssh takes the first value of an option.
-SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=30m -o ConnectionAttempts=100"
+# BatchMode=yes here too: a hand-written inventory run through plain ansible-playbook
+# (decice.hybrid.kubespray) may carry no trust options, and Kubespray runs under a
+# terminal ansible-runner gives it, where an unknown key would wait on a yes/no prompt.
+SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=30m -o ConnectionAttempts=100 -o BatchMode=yes"
 RESET_EXTRAVARS = {"reset_confirmation": "yes"}  # playbooks/reset.yml: skips the prompt
 MAX_FAILURES_SHOWN = 5
 
