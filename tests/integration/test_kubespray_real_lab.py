@@ -9,8 +9,10 @@ exit 1 with "not in the mirror" naming the file and `decice mirror sync`, well u
 machine's kernel: its swap, the sysctls Kubespray sets and the modules it loads must be
 the same afterwards. Plain `ansible-playbook -i <lab inventory> playbooks/up.yml --tags
 kubernetes` (the role's decice.hybrid.kubespray action, decice's same Kubespray code) must
-stop at the same file. Then `decice reset --yes` runs the real reset.yml (HPC-safe vars):
-ssh to every node still works and `decice verify` is clean.
+stop at the same file, and plain `ansible-playbook ... playbooks/reset.yml --tags kubernetes`
+runs the real reset.yml through the same action. Then `decice reset --yes` runs the real
+reset.yml (HPC-safe vars) once more with restore and verify: ssh to every node still works
+and `decice verify` is clean.
 
 The lab is the test's own (the session's plain lab has 2 nodes, the issue asks for 3);
 it is destroyed at the end.
@@ -108,9 +110,11 @@ def _mirror(tmp_path: Path) -> Path:
     return mirror
 
 
-def plain_kubernetes(work: Path, name: str, mirror: Path) -> subprocess.CompletedProcess[str]:
-    """`ansible-playbook -i <lab inventory> playbooks/up.yml --tags kubernetes` (the role runs
-    the decice.hybrid.kubespray action: decice's Kubespray code) on the CLI's state dir."""
+def plain_kubernetes(
+    work: Path, name: str, mirror: Path, playbook: str = "up.yml"
+) -> subprocess.CompletedProcess[str]:
+    """`ansible-playbook -i <lab inventory> playbooks/<playbook> --tags kubernetes` (the role
+    runs the decice.hybrid.kubespray action: decice's Kubespray code) on the CLI's state dir."""
     info = lab.status(name, work / ".decice")
     assert info is not None
     return subprocess.run(
@@ -118,7 +122,7 @@ def plain_kubernetes(work: Path, name: str, mirror: Path) -> subprocess.Complete
             str(Path(sys.executable).parent / "ansible-playbook"),
             "-i",
             info.inventory,
-            "playbooks/up.yml",
+            f"playbooks/{playbook}",
             "--tags",
             "kubernetes",
             "-e",
@@ -205,6 +209,14 @@ def test_real_kubespray_reaches_the_download_stage_and_resets(tmp_path: Path) ->
         assert "is not in the mirror" in shown and missing.group(1) in shown, shown[-3000:]
         assert "decice mirror sync" in shown
         assert "task 'Download_file | Download item'" in shown
+        assert host_kernel() == before
+
+        # and reset through plain Ansible: the role's decice.hybrid.kubespray runs the real
+        # reset.yml with the HPC-safe settings (the CLI's reset below runs it once more)
+        plain_reset = plain_kubernetes(work, name, mirror, "reset.yml")
+        assert plain_reset.returncode == 0, plain_reset.stdout[-3000:]
+        plain_shown = " ".join(plain_reset.stdout.split())
+        assert "kubespray v2.29.1 reset.yml" in plain_shown, plain_shown[-3000:]
         assert host_kernel() == before
 
         reset = run_decice(work, "reset", "--yes", "--json", timeout=900)
