@@ -28,6 +28,7 @@ import queue
 import stat
 import sys
 import threading
+import time
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,6 +117,10 @@ def phase_of(play_name: str) -> str:
 #: ssh master sockets live below ``<this>/decice-ssh-<uid>/`` when there is no
 #: ``$XDG_RUNTIME_DIR`` (see control_path_dir)
 SSH_CONTROL_BASE = Path("/tmp")
+# an inventory's master directory that has been empty this long (no socket made or removed
+# in it: masters persist 60 s in decice's runs, 30 min in Kubespray's) is removed by the
+# next run of this user, so one directory per inventory ever used does not pile up
+SSH_CONTROL_STALE_S = 3600
 CONTROL_PATH_ENV = "ANSIBLE_SSH_CONTROL_PATH_DIR"
 
 
@@ -129,7 +134,8 @@ def control_path_dir(inventory: Path, base: Path | None = None) -> Path:
     their commands over a master the other opened; runs on different inventories never
     share one this way. The path stays short whatever HOME is (a socket path has at most
     107 bytes and ssh adds 17 while it creates one). The per-user directory is made 0700
-    and refused when it is a symlink, not ours, or open to others.
+    and refused when it is a symlink, not ours, or open to others; other inventories'
+    directories that have been empty for SSH_CONTROL_STALE_S are removed.
     """
     runtime = os.environ.get("XDG_RUNTIME_DIR", "")
     fallback = SSH_CONTROL_BASE if base is None else base
@@ -150,12 +156,28 @@ def control_path_dir(inventory: Path, base: Path | None = None) -> Path:
         cpdir = user_dir / key
         with contextlib.suppress(FileExistsError):
             cpdir.mkdir(mode=0o700)
+        os.utime(cpdir)  # in use now: another run's sweep leaves it alone
+        _sweep_stale(user_dir, keep=cpdir)
     except OSError as exc:
         raise RunFailedError(
             f"cannot make the directory for decice's ssh connections in {root}: {exc}; "
             f"set {CONTROL_PATH_ENV} to a private directory"
         ) from exc
     return cpdir
+
+
+def _sweep_stale(user_dir: Path, keep: Path) -> None:
+    """Remove the empty master directories of ``user_dir`` unused for SSH_CONTROL_STALE_S
+    (``rmdir`` only: a directory holding a socket stays, whatever its age)."""
+    old = time.time() - SSH_CONTROL_STALE_S
+    for entry in os.scandir(user_dir):
+        with contextlib.suppress(OSError):
+            if (
+                entry.path != str(keep)
+                and entry.is_dir(follow_symlinks=False)
+                and entry.stat(follow_symlinks=False).st_mtime < old
+            ):
+                Path(entry.path).rmdir()
 
 
 def control_path_env(inventory: Path, envvars: Mapping[str, str]) -> dict[str, str]:

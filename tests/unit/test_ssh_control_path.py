@@ -74,3 +74,24 @@ def test_a_directory_the_user_set_stands(tmp_path: Path, monkeypatch: pytest.Mon
     assert runner.control_path_env(inventory, {runner.CONTROL_PATH_ENV: "/mine"}) == {}
     monkeypatch.setenv(runner.CONTROL_PATH_ENV, "/mine")
     assert runner.control_path_env(inventory, {}) == {}
+
+
+def test_directories_empty_for_an_hour_are_swept(tmp_path: Path) -> None:
+    """Each inventory ever used leaves a directory once its masters expire; the next run
+    removes those that have been empty for SSH_CONTROL_STALE_S and nothing else."""
+    user_dir = tmp_path / f"decice-ssh-{os.getuid()}"
+    user_dir.mkdir(mode=0o700)
+    stale = runner.time.time() - runner.SSH_CONTROL_STALE_S - 60
+    old_empty, old_busy, fresh, not_dir = (user_dir / n for n in ("aaaa", "bbbb", "cccc", "f"))
+    for path in (old_empty, old_busy, fresh):
+        path.mkdir(mode=0o700)
+    (old_busy / "socket").write_text("")  # stands for a live master's socket
+    not_dir.write_text("")
+    for path in (old_empty, old_busy, not_dir):
+        os.utime(path, (stale, stale))
+    mine = runner.control_path_dir(tmp_path / "inventory.yml", base=tmp_path)
+    assert sorted(p.name for p in user_dir.iterdir()) == sorted(["bbbb", "cccc", "f", mine.name])
+    # this run's own directory, however old, is kept and marked as in use
+    os.utime(mine, (stale, stale))
+    assert runner.control_path_dir(tmp_path / "inventory.yml", base=tmp_path) == mine
+    assert mine.is_dir() and mine.stat().st_mtime > stale + 60
