@@ -9,9 +9,12 @@ in squeue, goes Running -> Succeeded with the job's exit code, `kubectl logs` is
 output; a failing one ends Failed with its exit code; deleting a running pod cancels its
 job; `decice down` with a job still running cancels it, stops the plugin and leaves nothing
 on the login host or in squeue. On the way: the plugin runs as the lab user with private
-files, a second `up` changes nothing, a killed plugin is started again by the next `up`,
-the token is in no output and no file but its own. Everything real: the lab's SLURM, the
-plugin, the sim's kube-apiserver, decice-scheduler.
+files, a second `up` changes nothing, a killed plugin is started again by the next `up`;
+once the user lingers, the next `up` moves the plugin into a systemd --user unit (the
+supervised process stopped, a further `up` changes nothing, systemd restarts a killed
+plugin) and `down` removes the unit; the token is in no output and no file but its own.
+Everything real: the lab's SLURM, the plugin, the sim's kube-apiserver, decice-scheduler,
+the login host's systemd user manager (the lab image has pam_systemd).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from tests.support import run_captured, run_decice, wait_for
 pytestmark = [pytest.mark.slurm, pytest.mark.addons, pytest.mark.sim]
 
 NODE = "hpc-0"
+UNIT = f"decice-interlink-{NODE}.service"
+USER_ENV = 'XDG_RUNTIME_DIR="/run/user/$(id -u)"'  # ssh's session may not set it
 TOLERATION = {"key": "virtual-node.interlink/no-schedule", "operator": "Exists"}
 
 
@@ -191,7 +196,7 @@ def test_pod_on_the_virtual_node_runs_as_a_slurm_job_and_down_leaves_nothing(
     login = f"{user}@{info.nodes[0].name}"
     data_dir = f"{info.shared_mount}/decice-e2e-{tmp_path.name}"
     (tmp_path / "decice.yaml").write_text(yaml.safe_dump(_spec(info, data_dir)))
-    up_done = False
+    up_done = lingering = False
     state = tmp_path / ".decice"
     outputs: list[str] = []
     try:
@@ -229,6 +234,42 @@ def test_pod_on_the_virtual_node_runs_as_a_slurm_job_and_down_leaves_nothing(
         restarted = _decice(tmp_path, "up", "--only", "addons", outputs=outputs)
         assert _changed(restarted) > 0, restarted["stats"]
         assert _get(f"{url}/ping", token) == 200
+
+        # the user lingers now (a login host with pam_systemd): the next up moves the plugin
+        # from the supervised process into a systemd --user unit, which restarts it when it
+        # dies; the rest of the test runs with the unit
+        ssh(info, info.nodes[0].name, f"loginctl enable-linger {user}")
+        lingering = True
+        wait_for(
+            "the user's systemd manager",
+            lambda: (
+                ssh(info, login, f"{USER_ENV} systemctl --user is-system-running", check=False)
+                in ("running", "degraded")
+            ),
+            timeout=30,
+        )
+        moved = _decice(tmp_path, "up", "--only", "addons", outputs=outputs)
+        assert _changed(moved) > 0, moved["stats"]
+        assert ssh(info, login, f"{USER_ENV} systemctl --user is-active {UNIT}") == "active"
+        assert ssh(info, login, f"{USER_ENV} systemctl --user is-enabled {UNIT}") == "enabled"
+        unit_mode = ssh(info, login, f"stat -c '%a %U' ~/.config/systemd/user/{UNIT}")
+        assert unit_mode == f"600 {user}", unit_mode
+        main_pid = ssh(info, login, f"{USER_ENV} systemctl --user show -P MainPID {UNIT}")
+        plugins = ssh(info, login, "pgrep -u \"$(id -u)\" -f '[d]ecice-interlink-slurm s'")
+        assert plugins.split() == [main_pid], (plugins, main_pid)  # the old process is gone
+        assert _get(f"{url}/ping", token) == 200
+        steady = _decice(tmp_path, "up", "--only", "addons", outputs=outputs)
+        assert _changed(steady) == 0, steady["stats"]
+        ssh(info, login, f"kill -KILL {main_pid}")
+        wait_for(
+            "systemd to restart the killed plugin",
+            lambda: (
+                ssh(info, login, f"{USER_ENV} systemctl --user show -P MainPID {UNIT}")
+                not in ("0", main_pid)
+                and _get(f"{url}/ping", token) == 200
+            ),
+            timeout=30,
+        )
 
         # the plugin backs hpc-0: its capacity is what SLURM's partition offers
         node = json.loads(kubectl("get", "node", NODE, "-o", "json"))
@@ -321,6 +362,13 @@ def test_pod_on_the_virtual_node_runs_as_a_slurm_job_and_down_leaves_nothing(
             f"ls -A ~/.local/share/decice-interlink {data_dir} 2>/dev/null || true",
         )
         assert left == "", left
+        unit_left = ssh(
+            info,
+            login,
+            f"ls -A ~/.config/systemd/user 2>/dev/null; "
+            f"{USER_ENV} systemctl --user is-active {UNIT} || true",
+        )
+        assert unit_left.split() == ["inactive"], unit_left  # no unit file, no running unit
         assert not sim_file.exists() and not token_file.parent.exists()
         assert _get(f"{url}/ping", token) == 0
         assert not any(token in text for text in outputs)
@@ -330,6 +378,8 @@ def test_pod_on_the_virtual_node_runs_as_a_slurm_job_and_down_leaves_nothing(
     finally:
         if up_done:
             run_decice(tmp_path, "down", timeout=900)
+        if lingering:  # the session's lab as it was
+            ssh(info, info.nodes[0].name, f"loginctl disable-linger {user}", check=False)
         run_decice(tmp_path, "reset", "--yes", timeout=900)
         subprocess.run(
             [

@@ -36,6 +36,9 @@ BASE_PACKAGES = (
     "systemd",
     "systemd-sysv",
     "dbus",
+    # pam_systemd: logins get a logind session and /run/user/<uid>, and a lingering user
+    # its systemd --user manager, as on a real login host (interLink's user unit mode)
+    "libpam-systemd",
     "openssh-server",
     "iproute2",
     "iputils-ping",
