@@ -48,3 +48,23 @@ def pinned_to_standin() -> Iterator[str]:
     digest = tree_digest()
     with mock.patch.dict(versions.pinned()["kubespray"], {"tree_sha256": digest}):
         yield digest
+
+
+# the contract tests' spec: host vars ip and ansible_user, an edge host, flannel, a local
+# mirror (test_kubespray_contract; also one of the real boilerplate.yml shapes)
+CONTRACT_SPEC = """\
+name: contract
+target: static
+hosts:
+  - {name: cp1, address: 192.0.2.10, roles: [control_plane, etcd], vars: {ip: 10.1.0.10}}
+  - {name: w1, address: 192.0.2.11, roles: [worker], vars: {ansible_user: hpc}}
+  - {name: w2, address: node-w2.example, roles: [worker]}
+  - {name: e1, address: 192.0.2.20, roles: [edge]}
+kubernetes:
+  cni: flannel
+addons:
+  kubeedge: {enabled: false}
+  sedna: {enabled: false}
+mirror:
+  path: mirror
+"""

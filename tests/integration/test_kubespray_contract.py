@@ -26,27 +26,17 @@ import yaml
 from decice import inventory, spec
 from decice.kubespray import phases, run, source, venv
 from decice.targets import PhaseContext, RunOptions
-from tests.kubespray_standin import COMMIT, STANDIN, make_archive, pinned_to_standin
+from tests.kubespray_standin import (
+    COMMIT,
+    CONTRACT_SPEC,
+    STANDIN,
+    make_archive,
+    pinned_to_standin,
+)
 from tests.support import run_record
 
 pytestmark = pytest.mark.local
 
-SPEC = """\
-name: contract
-target: static
-hosts:
-  - {name: cp1, address: 192.0.2.10, roles: [control_plane, etcd], vars: {ip: 10.1.0.10}}
-  - {name: w1, address: 192.0.2.11, roles: [worker], vars: {ansible_user: hpc}}
-  - {name: w2, address: node-w2.example, roles: [worker]}
-  - {name: e1, address: 192.0.2.20, roles: [edge]}
-kubernetes:
-  cni: flannel
-addons:
-  kubeedge: {enabled: false}
-  sedna: {enabled: false}
-mirror:
-  path: mirror
-"""
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +47,7 @@ def workspace(tmp_path_factory) -> Path:
     (mirror / "kubespray" / "SHA256SUMS").write_text(f"{sha}  kubespray-v2.29.1.tar.gz\n")
     (mirror / "files").mkdir()
     (mirror / "mirror.yml").write_text("registry: registry.local:5000\n")
-    (root / "decice.yaml").write_text(SPEC)
+    (root / "decice.yaml").write_text(CONTRACT_SPEC)
     return root
 
 

@@ -27,7 +27,7 @@ from decice import inventory, spec
 from decice.kubespray import downloads, offline, render, run, source, venv
 from decice.mirror import Mirror
 from decice.runner import ansible_env
-from tests.integration.test_kubespray_contract import SPEC as STANDIN_CONTRACT_SPEC
+from tests.kubespray_standin import CONTRACT_SPEC
 from tests.support import DECICE, require
 
 pytestmark = pytest.mark.local
@@ -66,7 +66,7 @@ SHAPES: dict[str, str] = {
     + NO_EDGE,
     # the stand-in contract's spec (test_kubespray_contract): host vars ip and ansible_user,
     # an edge host, flannel, a local mirror
-    "flannel-edge-mirror-host-vars": STANDIN_CONTRACT_SPEC.split("hosts:\n", 1)[1],
+    "flannel-edge-mirror-host-vars": CONTRACT_SPEC.split("hosts:\n", 1)[1],
 }
 
 
