@@ -38,7 +38,6 @@ from tests.support import run_record
 pytestmark = pytest.mark.local
 
 
-
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("kubespray-contract")
