@@ -13,9 +13,15 @@ from pathlib import Path
 import pytest
 
 from decice.interlink.api import PodRef, parse_create
-from decice.interlink.jobscript import Defaults, Runtime, container_argv, write_job_dir
+from decice.interlink.jobscript import Defaults, Runtime, _image, container_argv, write_job_dir
 from decice.interlink.podspec import parse_pod
-from decice.interlink.slurm import gpu_count, parse_default_partition, parse_nodes, parse_queue
+from decice.interlink.slurm import (
+    gpu_count,
+    parse_default_partition,
+    parse_nodes,
+    parse_queue,
+    sacct,
+)
 from decice.interlink.status import JobView, container_status
 from tests.support import wait_for
 
@@ -90,6 +96,13 @@ def test_volume_files_are_private(tmp_path: Path):
     assert key.parent.stat().st_mode & 0o777 == 0o700
 
 
+def test_images_for_apptainer():
+    assert _image("img") == "docker://img"
+    assert _image("quay.io/org/img:1") == "docker://quay.io/org/img:1"
+    assert _image("/shared/images/app.sif") == "/shared/images/app.sif"  # a local SIF file
+    assert _image("library://org/app:1") == "library://org/app:1"
+
+
 def test_apptainer_command(tmp_path: Path):
     c = spec_of(
         [
@@ -158,6 +171,62 @@ def test_script_records_exit_codes_logs_and_env(tmp_path: Path):
         assert (job / f"{name}.started").read_text().strip() <= parts[1]
 
 
+# stands in for apptainer (not in this machine's Debian archive): checks the options the
+# job script passes, then runs the command with the env file's variables, as exec does
+APPTAINER_STUB = """#!/bin/bash
+printf '%s\\n' "$*" >> "$(dirname "$0")/calls"
+mode=$1; shift
+case "$mode" in exec|run) ;; *) exit 90;; esac
+envfile=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --containall|--cleanenv|--nv) shift;;
+    --env-file) envfile=$2; shift 2;;
+    --bind) [ -d "${2%%:*}" ] || exit 91; shift 2;;
+    --pwd) cd "$2" || exit 93; shift 2;;
+    *) break;;
+  esac
+done
+image=$1; shift
+[ -f "$envfile" ] || exit 92
+set -a; . "$envfile"; set +a
+export STUB_IMAGE="$image"
+exec "$@"
+"""
+
+
+def test_whole_job_in_apptainer_mode(tmp_path: Path):
+    stub = tmp_path / "bin" / "apptainer"
+    stub.parent.mkdir()
+    stub.write_text(APPTAINER_STUB)
+    stub.chmod(0o755)
+    spec = spec_of(
+        [
+            cont(
+                "a",
+                'echo "$STUB_IMAGE x=$X in $(pwd)"; ls /; exit 4',
+                env=[{"name": "X", "value": "it's"}],
+                volumeMounts=[{"name": "v", "mountPath": "/data"}],
+                workingDir="/",
+            ),
+        ],
+        init=[{**cont("i", "echo init"), "image": "oras://reg/x:1"}],
+        volumes=[{"name": "v", "emptyDir": {}}],
+    )
+    job = tmp_path / "job"
+    write_job_dir(job, REF, spec, Runtime("apptainer", str(stub)), Defaults())
+    assert (job / "a.env").stat().st_mode & 0o777 == 0o600
+    assert run_job(job).wait(timeout=20) == 4
+    assert (job / "a.log").read_text().splitlines()[0] == "docker://img x=it's in /"
+    assert (job / "i.log").read_text() == "init\n"
+    assert (job / "a.exit").read_text().split()[::2] == ["4", "Error"]
+    assert (job / "i.exit").read_text().split()[::2] == ["0", "Completed"]
+    calls = (tmp_path / "bin" / "calls").read_text().splitlines()
+    assert calls[0].startswith("exec --containall --cleanenv --env-file ")
+    assert " oras://reg/x:1 sh -c echo init" in calls[0]  # a scheme is kept as given
+    assert f"--bind {job}/volumes/v:/data --pwd / docker://img sh -c" in calls[1]
+
+
 def test_script_records_killed_containers_on_sigterm(tmp_path: Path):
     spec = spec_of([cont("a", "sleep 60")])
     job = tmp_path / "job"
@@ -196,6 +265,66 @@ def test_status_from_files_and_queue(tmp_path: Path):
         "startedAt": "2026-01-01T00:00:01Z",
         "finishedAt": "2026-01-01T00:00:05Z",
     }
+
+
+@pytest.mark.parametrize(
+    ("printed", "rc", "verdict"),
+    [
+        ("OUT_OF_MEMORY|0:125\n", 0, ("OUT_OF_MEMORY", 0)),  # exit code:signal
+        ("CANCELLED by 1500|0:15\n", 0, ("CANCELLED", 0)),
+        ("FAILED|3:0\n", 0, ("FAILED", 3)),
+        ("NODE_FAIL|0:0\n", 0, ("NODE_FAIL", 0)),
+        ("", 0, ("", 0)),  # accounting works but knows no such job
+        ("TIMEOUT|n/a\n", 0, ("", 0)),  # an exit code that is no number
+        ("", 1, None),  # no accounting at all (the lab: accounting_storage/none)
+    ],
+)
+def test_sacct_verdicts(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    printed: str,
+    rc: int,
+    verdict: tuple[str, int] | None,
+) -> None:
+    fake = tmp_path / "sacct"
+    (tmp_path / "out").write_text(printed)
+    fake.write_text(
+        f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path}/argv\ncat {tmp_path}/out\nexit {rc}\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert sacct("42") == verdict
+    assert (tmp_path / "argv").read_text().split() == [
+        "-n",
+        "-P",
+        "-X",
+        "-j",
+        "42",
+        "-o",
+        "State,ExitCode",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("accounting", "reason", "code"),
+    [
+        (("OUT_OF_MEMORY", 0), "OOMKilled", 137),
+        (("NODE_FAIL", 0), "NodeFail", 1),
+        (("BOOT_FAIL", 0), "NodeFail", 1),
+        (("PREEMPTED", 0), "Preempted", 143),
+        (("DEADLINE", 0), "DeadlineExceeded", 143),
+        (("FAILED", 3), "Error", 1),
+        (("COMPLETED", 0), "Error", 1),  # ended, yet the container wrote no exit code
+        (("", 0), "JobGone", 1),
+    ],
+)
+def test_a_job_gone_from_squeue_ends_with_accountings_verdict(
+    tmp_path: Path, accounting: tuple[str, int], reason: str, code: int
+) -> None:
+    now = "2026-01-01T00:00:09Z"
+    state = container_status("a", "img", tmp_path, JobView("7", None, accounting), now)["state"]
+    assert (state["terminated"]["reason"], state["terminated"]["exitCode"]) == (reason, code)
+    assert "the container never started" in state["terminated"]["message"]
 
 
 def test_scontrol_parsing():
