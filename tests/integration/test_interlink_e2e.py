@@ -11,8 +11,11 @@ job; `decice down` with a job still running cancels it, stops the plugin and lea
 on the login host or in squeue. On the way: the plugin runs as the lab user with private
 files, a second `up` changes nothing, a killed plugin is started again by the next `up`;
 once the user lingers, the next `up` moves the plugin into a systemd --user unit (the
-supervised process stopped, a further `up` changes nothing, systemd restarts a killed
-plugin) and `down` removes the unit; the token is in no output and no file but its own.
+supervised process stopped, a further `up` changes nothing) and `down` removes the unit;
+pods without limits or larger than the partition fail with the plugin's reason and submit
+no job; the plugin killed mid-job is restarted by systemd and keeps tracking the job;
+`decice verify` after `down` is clean and names a planted leftover on the login host; the
+token is in no output and no file but its own.
 Everything real: the lab's SLURM, the plugin, the sim's kube-apiserver, decice-scheduler,
 the login host's systemd user manager (the lab image has pam_systemd).
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import json
 import select
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -260,16 +264,6 @@ def test_pod_on_the_virtual_node_runs_as_a_slurm_job_and_down_leaves_nothing(
         assert _get(f"{url}/ping", token) == 200
         steady = _decice(tmp_path, "up", "--only", "addons", outputs=outputs)
         assert _changed(steady) == 0, steady["stats"]
-        ssh(info, login, f"kill -KILL {main_pid}")
-        wait_for(
-            "systemd to restart the killed plugin",
-            lambda: (
-                ssh(info, login, f"{USER_ENV} systemctl --user show -P MainPID {UNIT}")
-                not in ("0", main_pid)
-                and _get(f"{url}/ping", token) == 200
-            ),
-            timeout=30,
-        )
 
         # the plugin backs hpc-0: its capacity is what SLURM's partition offers
         node = json.loads(kubectl("get", "node", NODE, "-o", "json"))
@@ -315,7 +309,41 @@ def test_pod_on_the_virtual_node_runs_as_a_slurm_job_and_down_leaves_nothing(
         term = done_fail["status"]["containerStatuses"][0]["state"]["terminated"]
         assert term["exitCode"] == 3, term
 
-        # deleting a running pod cancels its job
+        # pods the plugin cannot run fail with its reason and submit no job: one without
+        # limits (placed by decice-scheduler) and one asking more cpus than any node of the
+        # partition has (bound directly: decice-scheduler, like kube-scheduler, keeps a pod
+        # larger than the node's capacity Pending)
+        huge = _pod("hpc-huge", "true")
+        huge["spec"]["nodeName"] = NODE
+        huge["spec"]["containers"][0]["resources"] = {
+            "requests": {"cpu": "999", "memory": "64Mi"},
+            "limits": {"cpu": "999", "memory": "64Mi"},
+        }
+        refused = [_pod("hpc-nolimits", "true", limits=False), huge]
+        kubectl(
+            "apply",
+            "-f",
+            "-",
+            stdin=json.dumps({"kind": "List", "apiVersion": "v1", "items": refused}),
+        )
+        for name, why in (("hpc-nolimits", "no cpu and no memory"), ("hpc-huge", "asks for 999")):
+            failed = wait_for(
+                f"{name} Failed",
+                lambda name=name: (
+                    (pod := kubectl.pod(name))["status"].get("phase") == "Failed" and pod
+                ),
+                timeout=60,
+            )
+            assert failed["spec"]["nodeName"] == NODE, failed["spec"]
+            assert failed["status"]["reason"] == "Unrunnable", failed["status"]
+            assert why in failed["status"]["message"], failed["status"]
+            jobs = ssh(info, login, "squeue --me -h -t all -o %j")
+            assert failed["metadata"]["uid"] not in jobs, jobs
+        kubectl("delete", "pod", "hpc-nolimits", "hpc-huge", "--wait=true", "--timeout=60s")
+
+        # deleting a running pod cancels its job, also after the plugin was restarted
+        # mid-job: systemd restarts the killed plugin, which finds the job again in its
+        # store; the pod stays Running meanwhile
         kubectl("apply", "-f", "-", stdin=json.dumps(_pod("hpc-long", "sleep 600")))
         running = wait_for(
             "hpc-long Running",
@@ -323,6 +351,22 @@ def test_pod_on_the_virtual_node_runs_as_a_slurm_job_and_down_leaves_nothing(
             timeout=120,
         )
         assert running
+        main_pid = ssh(info, login, f"{USER_ENV} systemctl --user show -P MainPID {UNIT}")
+        ssh(info, login, f"kill -KILL {main_pid}")
+        wait_for(
+            "systemd to restart the killed plugin",
+            lambda: (
+                ssh(info, login, f"{USER_ENV} systemctl --user show -P MainPID {UNIT}")
+                not in ("0", main_pid)
+                and _get(f"{url}/ping", token) == 200
+            ),
+            timeout=30,
+        )
+        for _ in range(3):  # the node agent polls /status every second
+            time.sleep(1)
+            long_pod = kubectl.pod("hpc-long")
+            assert long_pod["status"].get("phase") == "Running", long_pod["status"]
+        assert "running" in long_pod["status"]["containerStatuses"][0]["state"]
         jobs_before = {
             line.split()[0]
             for line in _squeue(info, user).splitlines()
@@ -369,6 +413,22 @@ def test_pod_on_the_virtual_node_runs_as_a_slurm_job_and_down_leaves_nothing(
             f"{USER_ENV} systemctl --user is-active {UNIT} || true",
         )
         assert unit_left.split() == ["inactive"], unit_left  # no unit file, no running unit
+
+        # `decice verify` checks the login host too: clean now; a planted install directory
+        # of the plugin is named (exit 1), and once it is gone verify is clean again
+        clean = run_decice(tmp_path, "verify", "--only", "cluster", "--json", timeout=300)
+        assert clean.returncode == 0, clean.stdout + clean.stderr
+        root = home.rsplit("/", 1)[0]
+        root_there = ssh(info, login, f"test -d {root} && echo yes || true") == "yes"
+        ssh(info, login, f"mkdir -p {home}")
+        try:
+            dirty = run_decice(tmp_path, "verify", "--only", "cluster", "--json", timeout=300)
+            assert dirty.returncode == 1, dirty.stdout + dirty.stderr
+            failures = json.loads(dirty.stdout)["failures"]
+            shown = " ".join(f["message"] for f in failures)
+            assert "not clean" in shown and home in shown, failures
+        finally:
+            ssh(info, login, f"rm -rf {home}" + ("" if root_there else f" && rmdir {root}"))
         assert not sim_file.exists() and not token_file.parent.exists()
         assert _get(f"{url}/ping", token) == 0
         assert not any(token in text for text in outputs)
