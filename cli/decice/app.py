@@ -139,7 +139,8 @@ def verify(
     skip: SkipOpt = None,
 ) -> None:
     """Prove a clean slate: the cluster's API objects against the API baseline taken
-    before the add-ons (phase cluster), every host against its baseline (phase verify)."""
+    before the add-ons and nothing of interLink's plugin on its login hosts (phase
+    cluster), every host against its baseline (phase verify)."""
     _lifecycle("verify", spec, json_out, verbose, only=only, skip=skip)
 
 

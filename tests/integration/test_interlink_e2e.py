@@ -429,6 +429,8 @@ def test_pod_on_the_virtual_node_runs_as_a_slurm_job_and_down_leaves_nothing(
             assert "not clean" in shown and home in shown, failures
         finally:
             ssh(info, login, f"rm -rf {home}" + ("" if root_there else f" && rmdir {root}"))
+        again = run_decice(tmp_path, "verify", "--only", "cluster", "--json", timeout=300)
+        assert again.returncode == 0, again.stdout + again.stderr
         assert not sim_file.exists() and not token_file.parent.exists()
         assert _get(f"{url}/ping", token) == 0
         assert not any(token in text for text in outputs)

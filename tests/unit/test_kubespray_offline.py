@@ -110,3 +110,13 @@ def test_sync_places_kubesprays_files_from_another_mirror_and_checks_them(
     files_only = mirror_sync.sync(loaded, dest, origin, None, offline.Offline([runc], []))
     assert files_only.images == []  # no image listed: the file is left as it is
     assert (dest / "images" / "kubernetes.txt").is_file()
+
+
+def test_a_failed_image_download_is_not_told_as_a_file(tmp_path: Path) -> None:
+    """An image entry has no file and no URL: the message says a file is missing without
+    naming an empty one."""
+    image = downloads.Listed("coredns", "", "", True, "", "registry.k8s.io/coredns:v1.11.3")
+    failed = [downloads.FailedDownload("node1", "coredns")]
+    text = downloads.explain(failed, {"coredns": image}, None, None)
+    assert "a file it fetches is not in the mirror (downloads.coredns)" in text
+    assert "wanted:" not in text and " is not in the mirror\n" not in text

@@ -229,6 +229,8 @@ def explain(
         "Kubespray's offline files for the pinned versions"
     )
     entry = listed.get(failed[0].item)
+    if entry is not None and entry.image:  # not a file: what is missing is told as unknown
+        entry = None
     if entry is None:
         missing = [
             e

@@ -8,9 +8,10 @@ generate_list.yml renders it, for the spec's settings (kube version, runtime, CN
 without a ``files_repo``: the URLs are the upstream ones. A mirror keeps each file at
 ``files/<host>/<path of the URL>``, which is where decice's ``files_repo`` points
 Kubespray during ``up`` (see ``downloads.in_mirror``). The images Kubespray pulls for the
-same settings (its enabled container downloads and the kube-* images kubeadm pulls, as
-``contrib/offline/generate_list.sh`` lists them) are the list a site loads into its
-mirror registry (``images/kubernetes.txt``).
+same settings (its enabled container downloads and the kube-* images kubeadm pulls, which
+``contrib/offline/generate_list.sh`` adds too; that script lists every container download,
+enabled or not) are the list a site loads into its mirror registry
+(``images/kubernetes.txt``).
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def list_offline(loaded: LoadedSpec) -> Offline:
         inv = run.invocation("cluster.yml", src.path, env.path, files["hosts"])
         var_files = [files[group] for group in ("all", "k8s_cluster") if group in files]
         listed = downloads.list_downloads(inv.binary, inv.env, inv.cwd, var_files, work)
-    if not listed:
+    if not any(item.file for item in listed.values()):
         raise InputError(
             f"Kubespray {pinned.tag} at {src.path} listed no downloads\n"
             "    fix: run `decice up --check` to see whether its env works"

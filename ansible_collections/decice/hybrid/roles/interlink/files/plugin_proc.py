@@ -2,8 +2,9 @@
 
 Run by the login host's python3, stdlib only:
     inspect ROOT NODE DATA_DIR         -> JSON (read-only): who and where (uid, user, home,
-                                          python, systemd_user, address), the endpoint's
-                                          paths and state (venv, plugin, wheels, pid, marker)
+                                          python, systemd_user, user_manager, address), the
+                                          endpoint's paths and state (venv, plugin, wheels,
+                                          pid, marker, unit: its systemd --user unit file)
     prepare ROOT NODE DATA_DIR         -> the same after creating the install directories and
                                           a missing DATA_DIR (0700; remembered in the marker);
                                           nothing is made for root or a Python before 3.11
@@ -51,8 +52,9 @@ def _top_missing(path: str) -> str:
     return top
 
 
-def _systemd_user(user: str, runtime: str) -> bool:
-    if not (os.path.exists(f"/var/lib/systemd/linger/{user}") and os.path.isdir(runtime)):
+def _user_manager(runtime: str) -> bool:
+    """The user's systemd manager answers (a lingering user's, or this session's)."""
+    if not os.path.isdir(runtime):
         return False
     try:
         done = subprocess.run(
@@ -97,12 +99,18 @@ def inspect(root: str, node: str, data_dir: str, *, prepare: bool = False) -> No
         created = ""
     dist = os.path.join(directory, "dist")
     ssh = os.environ.get("SSH_CONNECTION", "").split()
+    manager = _user_manager(runtime)
     result = {
         "uid": uid,
         "user": user,
         "home": home,
         "python": python,
-        "systemd_user": _systemd_user(user, runtime),
+        # the unit mode: the user lingers (the manager outlives the session) and it answers
+        "systemd_user": os.path.exists(f"/var/lib/systemd/linger/{user}") and manager,
+        "user_manager": manager,
+        "unit": os.path.exists(
+            os.path.join(home, ".config", "systemd", "user", f"decice-interlink-{node}.service")
+        ),
         "runtime_dir": runtime,
         "address": ssh[2] if len(ssh) >= 4 else "",
         "root": root,
