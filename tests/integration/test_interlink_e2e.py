@@ -11,7 +11,8 @@ job; `decice down` with a job still running cancels it, stops the plugin and lea
 on the login host or in squeue. On the way: the plugin runs as the lab user with private
 files, a second `up` changes nothing, a killed plugin is started again by the next `up`;
 once the user lingers, the next `up` moves the plugin into a systemd --user unit (the
-supervised process stopped, a further `up` changes nothing) and `down` removes the unit;
+supervised process stopped, a further `up` changes nothing), and once it stops lingering
+the next `up` goes back to the supervised process and removes the unit;
 pods without limits or larger than the partition fail with the plugin's reason and submit
 no job; the plugin killed mid-job is restarted by systemd and keeps tracking the job;
 `decice verify` after `down` is clean and names a planted leftover on the login host; the
@@ -393,6 +394,21 @@ def test_pod_on_the_virtual_node_runs_as_a_slurm_job_and_down_leaves_nothing(
             timeout=120,
         )
         kubectl("delete", "pod", "hpc-ok", "hpc-fail", "--wait=true", "--timeout=60s")
+
+        # the user stops lingering: the next up goes back to the supervised process and
+        # takes the unit away (the ssh session's own user manager would start it again);
+        # the job keeps running and is tracked by the new process
+        ssh(info, info.nodes[0].name, f"loginctl disable-linger {user}")
+        lingering = False
+        back = _decice(tmp_path, "up", "--only", "addons", outputs=outputs)
+        assert _changed(back) > 0, back["stats"]
+        ssh(info, login, f"test ! -e ~/.config/systemd/user/{UNIT}")
+        pid = ssh(info, login, f"cat {home}/plugin.pid")
+        plugins = ssh(info, login, "pgrep -u \"$(id -u)\" -f '[d]ecice-interlink-slurm s'")
+        assert plugins.split() == [pid], (plugins, pid)
+        assert _get(f"{url}/ping", token) == 200
+        assert kubectl.pod("hpc-left")["status"].get("phase") == "Running"
+
         down = _decice(tmp_path, "down", outputs=outputs)
         assert down["status"] == "ok", down
         queue = _squeue(info, user)
