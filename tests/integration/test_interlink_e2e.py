@@ -157,6 +157,16 @@ class Kubectl:
         return pod
 
 
+def _unit_pid(info: lab.LabInfo, login: str) -> str:
+    """MainPID of the plugin's user unit ("0" when it runs no process)."""
+    return ssh(info, login, f"{USER_ENV} systemctl --user show -P MainPID {UNIT}")
+
+
+def _plugin_pids(info: lab.LabInfo, login: str) -> list[str]:
+    """The login user's decice-interlink-slurm serve processes."""
+    return ssh(info, login, "pgrep -u \"$(id -u)\" -f '[d]ecice-interlink-slurm s'").split()
+
+
 def _get(url: str, token: str | None) -> int:
     """The HTTP status of GET ``url``; 0 when nothing answers."""
     request = urllib.request.Request(url)
@@ -242,7 +252,7 @@ def test_pod_on_the_virtual_node_runs_as_a_slurm_job_and_down_leaves_nothing(
 
         # the user lingers now (a login host with pam_systemd): the next up moves the plugin
         # from the supervised process into a systemd --user unit, which restarts it when it
-        # dies; the rest of the test runs with the unit
+        # dies; the pods below run with the unit until the user stops lingering
         ssh(info, info.nodes[0].name, f"loginctl enable-linger {user}")
         lingering = True
         wait_for(
@@ -259,9 +269,9 @@ def test_pod_on_the_virtual_node_runs_as_a_slurm_job_and_down_leaves_nothing(
         assert ssh(info, login, f"{USER_ENV} systemctl --user is-enabled {UNIT}") == "enabled"
         unit_mode = ssh(info, login, f"stat -c '%a %U' ~/.config/systemd/user/{UNIT}")
         assert unit_mode == f"600 {user}", unit_mode
-        main_pid = ssh(info, login, f"{USER_ENV} systemctl --user show -P MainPID {UNIT}")
-        plugins = ssh(info, login, "pgrep -u \"$(id -u)\" -f '[d]ecice-interlink-slurm s'")
-        assert plugins.split() == [main_pid], (plugins, main_pid)  # the old process is gone
+        main_pid = _unit_pid(info, login)
+        plugins = _plugin_pids(info, login)
+        assert plugins == [main_pid], (plugins, main_pid)  # the old process is gone
         assert _get(f"{url}/ping", token) == 200
         steady = _decice(tmp_path, "up", "--only", "addons", outputs=outputs)
         assert _changed(steady) == 0, steady["stats"]
@@ -352,14 +362,12 @@ def test_pod_on_the_virtual_node_runs_as_a_slurm_job_and_down_leaves_nothing(
             timeout=120,
         )
         assert running
-        main_pid = ssh(info, login, f"{USER_ENV} systemctl --user show -P MainPID {UNIT}")
+        main_pid = _unit_pid(info, login)
         ssh(info, login, f"kill -KILL {main_pid}")
         wait_for(
             "systemd to restart the killed plugin",
             lambda: (
-                ssh(info, login, f"{USER_ENV} systemctl --user show -P MainPID {UNIT}")
-                not in ("0", main_pid)
-                and _get(f"{url}/ping", token) == 200
+                _unit_pid(info, login) not in ("0", main_pid) and _get(f"{url}/ping", token) == 200
             ),
             timeout=30,
         )
@@ -404,8 +412,8 @@ def test_pod_on_the_virtual_node_runs_as_a_slurm_job_and_down_leaves_nothing(
         assert _changed(back) > 0, back["stats"]
         ssh(info, login, f"test ! -e ~/.config/systemd/user/{UNIT}")
         pid = ssh(info, login, f"cat {home}/plugin.pid")
-        plugins = ssh(info, login, "pgrep -u \"$(id -u)\" -f '[d]ecice-interlink-slurm s'")
-        assert plugins.split() == [pid], (plugins, pid)
+        plugins = _plugin_pids(info, login)
+        assert plugins == [pid], (plugins, pid)
         assert _get(f"{url}/ping", token) == 200
         assert kubectl.pod("hpc-left")["status"].get("phase") == "Running"
 
