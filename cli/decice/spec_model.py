@@ -173,6 +173,8 @@ class AddonSpec(_Model):
     values: dict[str, object] = Field(default_factory=dict)
 
 
+NODE_PORTS = (30000, 32767)  # kube-apiserver's default --service-node-port-range
+BASTION_PORT_BASE = 31022  # the interLink chart's sshBastion.port
 _SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -187,6 +189,30 @@ class InterlinkEndpoint(_Model):
     account: str | None = None
     data_dir: str  # absolute, on a file system the compute nodes share
     runtime: Literal["auto", "apptainer", "bare"] = "auto"
+    # real clusters: the virtual node's ssh bastion (a NodePort), which the plugin's tunnel
+    # reaches from the login host (unset: BASTION_PORT_BASE + the endpoint's index, and the
+    # first control-plane host's address)
+    bastion_port: int | None = None
+    bastion_host: str | None = None
+
+    @field_validator("bastion_port")
+    @classmethod
+    def _bastion_port(cls, value: int | None) -> int | None:
+        if value is not None and not NODE_PORTS[0] <= value <= NODE_PORTS[1]:
+            raise _invalid(
+                f"{checks.shown(value)}: not in Kubernetes' NodePort range "
+                f"{NODE_PORTS[0]}-{NODE_PORTS[1]}",
+                f"give a free NodePort, e.g. {BASTION_PORT_BASE}",
+            )
+        return value
+
+    @field_validator("bastion_host")
+    @classmethod
+    def _bastion_host(cls, value: str | None) -> str | None:
+        problem = None if value is None else checks.address_problem(value)
+        if problem:
+            raise _invalid(f"{checks.shown(value)}: {problem}", checks.ADDRESS_FIX)
+        return value
 
     @field_validator("node")
     @classmethod
@@ -261,6 +287,17 @@ class InterlinkSpec(AddonSpec):
                     "give each virtual node one endpoint (node names are unique)",
                 )
             first[endpoint.node] = index
+        ports: dict[int, int] = {}
+        for index, endpoint in enumerate(value):
+            port = endpoint.bastion_port or BASTION_PORT_BASE + index
+            if port in ports:
+                raise _invalid(
+                    f"endpoints[{index}].bastion_port {port} repeats the bastion port of "
+                    f"endpoints[{ports[port]}] (unset, an endpoint's is {BASTION_PORT_BASE} + its "
+                    "index)",
+                    "give each endpoint its own bastion_port",
+                )
+            ports[port] = index
         return value
 
 

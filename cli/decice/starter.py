@@ -73,11 +73,13 @@ addons:                      # each: enabled, version (pinned if absent), values
     # - node: hpc-0          #   the virtual node's name (a DNS label, unique)
     #   login_host: login1   #   an hpc host of this spec (sim: a name ssh reaches)
     #   user: alice          #   optional; else the inventory's ssh user (never root)
-    #   port: 4000           #   the plugin's TCP port on the login host
+    #   port: 4000           #   sim: the plugin's TCP port on the login host
     #   partition: batch
     #   account: proj1       #   optional
     #   data_dir: /shared/decice-interlink   # absolute, shared with the compute nodes
     #   runtime: auto        #   auto | apptainer | bare
+    #   bastion_port: 31022  #   real clusters: the node's ssh bastion (NodePort; 31022 + index)
+    #   bastion_host: 10.0.0.5   # optional; else the first control-plane host's address
   kubeedge: {enabled: true}  # with EdgeMesh
   sedna: {enabled: true}     # needs kubeedge
   kubeflow: {enabled: true}  # Kubeflow Trainer

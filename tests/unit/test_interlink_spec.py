@@ -39,6 +39,7 @@ def test_defaults_of_an_endpoint() -> None:
     assert endpoint.account is None
     assert endpoint.runtime == "auto"
     assert endpoint.data_dir == "/shared/il"
+    assert endpoint.bastion_port is None and endpoint.bastion_host is None
     assert parsed.addons.interlink.enabled is True
 
 
@@ -49,6 +50,7 @@ def test_every_field_given_reaches_the_plays() -> None:
         + (
             "        user: alice\n        port: 4100\n"
             "        account: proj1\n        runtime: bare\n"
+            "        bastion_port: 31500\n        bastion_host: 10.0.0.5\n"
         )
     )
     parsed, _ = spec.parse(text, "s.yaml")
@@ -62,6 +64,8 @@ def test_every_field_given_reaches_the_plays() -> None:
         "account": "proj1",
         "data_dir": "/shared/il",
         "runtime": "bare",
+        "bastion_port": 31500,
+        "bastion_host": "10.0.0.5",
     }
 
 
@@ -81,6 +85,8 @@ def test_no_endpoints_by_default() -> None:
         ("account", "'a;b'", "not a SLURM name"),
         ("data_dir", "shared/il", "not an absolute path"),
         ("runtime", "docker", "'auto', 'apptainer' or 'bare'"),
+        ("bastion_port", "4000", "NodePort range 30000-32767"),
+        ("bastion_host", "'a b'", "address"),
     ],
 )
 def test_bad_field_names_its_line(field: str, value: str, message: str) -> None:
@@ -129,9 +135,22 @@ def test_duplicate_nodes_are_refused() -> None:
     assert "unique" in issue.render()
 
 
+def test_bastion_ports_are_unique_after_their_defaults() -> None:
+    second = GOOD.replace("hpc-0", "hpc-1")
+    parsed, _ = spec.parse(HEAD + GOOD + second, "s.yaml")
+    assert [e.bastion_port for e in parsed.addons.interlink.endpoints] == [None, None]
+    clash = second + "        bastion_port: 31022\n"  # endpoint 0's default
+    (issue,) = _issues(HEAD + GOOD + clash)
+    assert "endpoints[1].bastion_port 31022 repeats the bastion port of endpoints[0]" in (
+        issue.render()
+    )
+    assert "fix: give each endpoint its own bastion_port" in issue.render()
+
+
 def test_the_starter_documents_every_field() -> None:
     text = starter.render("lab")
-    for field in ("node", "login_host", "user", "port", "partition", "account", "data_dir"):
+    fields = ("node", "login_host", "user", "port", "partition", "account", "data_dir")
+    for field in (*fields, "bastion_port", "bastion_host"):
         assert f"#   {field}: " in text or f"# - {field}: " in text, field
     assert "auto | apptainer | bare" in text
     parsed, _ = spec.parse(text, "starter.yaml")

@@ -18,7 +18,8 @@ from decice.interlink.errors import PluginError, UsageError
 from decice.interlink.jobscript import Defaults, Runtime
 from decice.interlink.plugin import Config, Plugin
 from decice.interlink.podspec import NAME_RE
-from decice.interlink.server import Listen, make_server, parse_listen, read_token
+from decice.interlink.server import Listen, check_private, make_server, parse_listen, read_token
+from decice.interlink.tunnel import Tunnel, TunnelSpec, parse_target
 
 log = logging.getLogger("decice.interlink")
 
@@ -43,6 +44,14 @@ def _parser() -> argparse.ArgumentParser:
         "--max-pods", type=int, default=1000, help="pods the node takes (ping), default 1000"
     )
     serve.add_argument("--pidfile", type=Path, help="written while serving, removed on exit")
+    serve.add_argument(
+        "--tunnel", metavar="USER@HOST[:PORT]", help="keep an ssh remote forward to this bastion"
+    )
+    serve.add_argument("--tunnel-key", type=Path, help="the tunnel's ssh private key (0600)")
+    serve.add_argument("--tunnel-known-hosts", type=Path, help="the bastion's host key")
+    serve.add_argument(
+        "--tunnel-remote-port", type=int, default=3000, help="port on the bastion (default 3000)"
+    )
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     cancel = sub.add_parser("cancel-all", help="scancel every job of this data dir still queued")
     cancel.add_argument("--data-dir", required=True, type=Path)
@@ -99,9 +108,42 @@ def _write_pidfile(path: Path) -> None:
     tmp.replace(path)
 
 
+def _tunnel(args: argparse.Namespace, listen: Listen) -> TunnelSpec | None:
+    """The --tunnel flags checked: a unix listen, a private key, a host key file, ssh."""
+    given = [f for f in ("tunnel_key", "tunnel_known_hosts") if getattr(args, f) is not None]
+    if not args.tunnel:
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')} needs --tunnel")
+        return None
+    user, host, port = parse_target(args.tunnel)
+    if listen.kind != "unix":
+        raise UsageError(
+            "--tunnel forwards to the plugin's unix socket: use --listen unix:PATH (the default)"
+        )
+    if args.tunnel_key is None or args.tunnel_known_hosts is None:
+        raise UsageError("--tunnel needs --tunnel-key and --tunnel-known-hosts")
+    check_private(args.tunnel_key, "--tunnel-key")
+    if not args.tunnel_known_hosts.is_file():
+        raise UsageError(f"--tunnel-known-hosts {args.tunnel_known_hosts}: not a file")
+    if not 0 < args.tunnel_remote_port < 65536:
+        raise UsageError(f"--tunnel-remote-port {args.tunnel_remote_port}: give 1-65535")
+    if shutil.which("ssh") is None:
+        raise UsageError("--tunnel: no ssh client on PATH")
+    return TunnelSpec(
+        user,
+        host,
+        port,
+        args.tunnel_key.absolute(),
+        args.tunnel_known_hosts.absolute(),
+        args.tunnel_remote_port,
+        listen.path,
+    )
+
+
 def serve(args: argparse.Namespace) -> int:
     data_dir = _data_dir(args.data_dir)
     listen: Listen = parse_listen(args.listen or f"unix:{data_dir / 'plugin.sock'}")
+    tunnel_spec = _tunnel(args, listen)
     token = read_token(args.token_file) if args.token_file else None
     runtime = detect_runtime(args.runtime)
     defaults = Defaults(
@@ -131,9 +173,14 @@ def serve(args: argparse.Namespace) -> int:
         runtime.kind,
         ", bearer token required" if token else "",
     )
+    tunnel = Tunnel(tunnel_spec) if tunnel_spec is not None else None
     try:
+        if tunnel is not None:
+            tunnel.start()
         server.serve_forever(poll_interval=0.2)
     finally:
+        if tunnel is not None:
+            tunnel.stop()
         server.server_close()
         if listen.kind == "unix":
             Path(listen.path).unlink(missing_ok=True)

@@ -58,21 +58,26 @@ def parse_listen(text: str) -> Listen:
     )
 
 
-def read_token(path: Path) -> str:
-    """The bearer token: a regular file of this user, no group/other bits, not empty."""
+def check_private(path: Path, flag: str) -> None:
+    """A secret's file: a regular file of this user with no group/other bits."""
     try:
         info = path.lstat()
     except OSError as exc:
-        raise UsageError(f"--token-file {path}: cannot read it ({exc.strerror})") from exc
+        raise UsageError(f"{flag} {path}: cannot read it ({exc.strerror})") from exc
     if not stat.S_ISREG(info.st_mode):
-        raise UsageError(f"--token-file {path}: not a regular file")
+        raise UsageError(f"{flag} {path}: not a regular file")
     if info.st_uid != os.geteuid():
-        raise UsageError(f"--token-file {path}: owned by uid {info.st_uid}, not this user")
+        raise UsageError(f"{flag} {path}: owned by uid {info.st_uid}, not this user")
     if info.st_mode & 0o077:
         raise UsageError(
-            f"--token-file {path}: mode {stat.S_IMODE(info.st_mode):04o} lets others read it; "
+            f"{flag} {path}: mode {stat.S_IMODE(info.st_mode):04o} lets others read it; "
             f"chmod 600 {path}"
         )
+
+
+def read_token(path: Path) -> str:
+    """The bearer token: a regular file of this user, no group/other bits, not empty."""
+    check_private(path, "--token-file")
     token = path.read_text().strip()
     if not token:
         raise UsageError(f"--token-file {path}: empty")
