@@ -1,0 +1,261 @@
+"""The cluster side of interLink on a real cluster, through the interlink role's tasks.
+
+The REAL chart (``../shared/mirror/charts/interlink-0.6.1.tgz``) is installed as the role
+installs it on a Kubespray cluster - plain helm, no sim adaptation - on the session's
+kube-apiserver: one release per virtual node, each with its bastion NodePort and the
+node's tunnel key authorized for the one forward. The release's pod runs on a simulated
+node (its images cannot run here). The virtual kubelet's side effects are made by this
+test as the real one makes them (a stand-in, since its image cannot run): its Node, and
+a serving-certificate request made *as its service account* (impersonated), so the
+chart's own RBAC decides whether it may. Then: decice approves that request and refuses
+one asking for another node's name, leaves another requester's alone; `down` removes the
+releases without their hook (no Job), the Nodes, the requests, the ``-wstunnel``
+namespaces and the keys - nothing left by an independent diff over discovery.
+Not here: reading the bastion's host key (needs a running ssh-bastion container) and
+the node becoming Ready by itself (needs the virtual kubelet's image).
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import json
+import re
+import stat
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, config, watch
+
+from decice.sim.binaries import BinarySet
+from decice.sim.controlplane import ControlPlaneInfo
+from tests.support import REPO, require, run_playbook
+
+pytestmark = [pytest.mark.addons, pytest.mark.sim]
+
+MIRROR = REPO.parent / "shared" / "mirror"
+VERSIONS = REPO / "ansible_collections" / "decice" / "hybrid" / "vars" / "versions.yml"
+NS = "interlink"
+NODES = ("hpc-0", "hpc-1")
+KEY_OPTIONS = 'restrict,port-forwarding,permitlisten="127.0.0.1:3000"'
+
+
+def _spec() -> dict[str, Any]:
+    endpoint = {"login_host": "login1", "partition": "batch", "data_dir": "/shared/il"}
+    return {
+        "target": "lab",
+        "addons": {
+            "interlink": {
+                "endpoints": [
+                    {**endpoint, "node": "hpc-0", "bastion_host": "10.0.0.5"},
+                    {**endpoint, "node": "hpc-1"},
+                ],
+                # the virtual kubelet's tunnel option: down then removes "-wstunnel" namespaces
+                "values": {"virtualNode": {"network": {"enableTunnel": True}}},
+            }
+        },
+    }
+
+
+def _play(env: dict[str, Any], *steps: str) -> tuple[int, str, dict[str, int]]:
+    playbook = env["tmp"] / f"play-{'-'.join(Path(s).stem for s in steps)}.yml"
+    tasks = [
+        {
+            "name": f"interlink {step}",
+            "ansible.builtin.include_role": {"name": "decice.hybrid.interlink", "tasks_from": step},
+        }
+        for step in steps
+    ]
+    play = {
+        "hosts": "localhost",
+        "connection": "local",
+        "gather_facts": False,
+        "vars_files": [str(VERSIONS)],
+        "tasks": tasks,
+    }
+    playbook.write_text(yaml.safe_dump([play]))
+    varfile = env["tmp"] / "vars.json"
+    varfile.write_text(
+        json.dumps(
+            {
+                "decice_kubeconfig": str(env["kubeconfig"]),
+                "decice_state_dir": str(env["tmp"] / "state"),
+                "decice_helm": str(env["helm"]),
+                "decice_mirror": str(MIRROR),
+                "decice_spec": _spec(),
+                "interlink_bastion_host": "10.9.9.9",
+                "interlink_timeout": 120,
+            }
+        )
+    )
+    result = run_playbook("inventories/local", playbook, "-e", f"@{varfile}")
+    recap = re.search(r"localhost\s+:\s+(.*)", result.stdout)
+    stats = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", recap.group(1))} if recap else {}
+    return result.returncode, result.stdout + result.stderr, stats
+
+
+INSTALL = ("bastions.yml", "cluster_install.yml")
+
+
+@pytest.fixture(scope="module")
+def env(
+    sim_control_plane: ControlPlaneInfo,
+    sim_binaries: BinarySet,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, Any]]:
+    require((MIRROR / "charts" / "interlink-0.6.1.tgz").is_file(), f"the mirror {MIRROR}")
+    from tests.integration.simsupport import addon_cluster
+
+    group = {"name_prefix": "ilc", "count": 2, "capacity": {"cpu": "8", "memory": "16Gi"}}
+    tmp = tmp_path_factory.mktemp("interlink-cluster")
+    with addon_cluster(sim_control_plane, sim_binaries.path("helm"), tmp, [group]) as env:
+        from tests.integration.simsupport import api_objects
+
+        env["before"] = api_objects(env["api"], [NS])
+        yield env
+
+
+def _csr(kubeconfig: Path, name: str, requester: str | None, common_name: str) -> None:
+    """A kubelet-serving request for ``common_name``, made as ``requester`` (impersonated)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+        ]
+    )
+    san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("10.0.0.5"))])
+    pem = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(subject)
+        .add_extension(san, critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    body = {
+        "apiVersion": "certificates.k8s.io/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": {"name": name},
+        "spec": {
+            "request": base64.b64encode(pem.public_bytes(serialization.Encoding.PEM)).decode(),
+            "signerName": "kubernetes.io/kubelet-serving",
+            "usages": ["digital signature", "key encipherment", "server auth"],
+        },
+    }
+    as_requester = config.new_client_from_config(str(kubeconfig))
+    if requester:
+        as_requester.set_default_header("Impersonate-User", requester)
+    client.CertificatesV1Api(as_requester).create_certificate_signing_request(body)
+
+
+def _watch_jobs(api: client.ApiClient, seen: list[str]) -> None:
+    """Every Job added in the add-on's namespace for 30 s (a hook's Job would be)."""
+    for event in watch.Watch().stream(
+        client.BatchV1Api(api).list_namespaced_job, NS, timeout_seconds=30
+    ):
+        if event["type"] == "ADDED":
+            seen.append(event["object"].metadata.name)
+
+
+def _conditions(api: client.ApiClient, name: str) -> list[str]:
+    csr = client.CertificatesV1Api(api).read_certificate_signing_request(name)
+    return [c.type for c in (csr.status.conditions or [])]
+
+
+def test_install_one_release_per_virtual_node(env: dict[str, Any]) -> None:
+    rc, out, _ = _play(env, *INSTALL)
+    assert rc == 0, out[-4000:]
+    api = env["api"]
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    state = env["tmp"] / "state" / "interlink"
+    for index, node in enumerate(NODES):
+        deploy = apps.read_namespaced_deployment(f"{node}-node", NS)
+        images = {c.name: c.image for c in deploy.spec.template.spec.containers}
+        assert set(images) == {"interlink", "vk", "ssh-bastion"}
+        assert not any(i.endswith(":latest") for i in images.values()), images
+        assert images["vk"] == "ghcr.io/interlink-hq/interlink/virtual-kubelet-inttw:0.6.2"
+        config_map = core.read_namespaced_config_map(f"{node}-interlink-config", NS)
+        il = yaml.safe_load(config_map.data["InterLinkConfig.yaml"])
+        assert (il["SidecarURL"], il["SidecarPort"]) == ("http://localhost", "3000")
+        service = core.read_namespaced_service(f"ssh-bastion-{node}", NS)
+        assert service.spec.type == "NodePort"
+        assert service.spec.ports[0].node_port == 31022 + index
+        public = (state / f"{node}.tunnel.pub").read_text().strip()
+        secret = core.read_namespaced_secret(f"{node}-ssh-keys", NS)
+        authorized = base64.b64decode(secret.data["authorized_keys"]).decode().strip()
+        assert authorized == f"{KEY_OPTIONS} {public}"
+        assert public.endswith(f"decice-interlink-{node}")
+        private = state / f"{node}.tunnel"
+        assert stat.S_IMODE(private.stat().st_mode) == 0o600
+
+
+def test_a_second_install_changes_nothing(env: dict[str, Any]) -> None:
+    rc, out, stats = _play(env, *INSTALL)
+    assert rc == 0, out[-4000:]
+    assert stats.get("changed") == 0, out[-4000:]
+
+
+def test_serving_certificates_approved_for_their_node_only(env: dict[str, Any]) -> None:
+    api = env["api"]
+    core = client.CoreV1Api(api)
+    for node in NODES:  # the virtual kubelets' Nodes (stand-in), created Ready
+        core.create_node(
+            {
+                "metadata": {
+                    "name": node,
+                    "labels": {"virtual-node.interlink/type": "virtual-kubelet"},
+                },
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+            }
+        )
+    sa = "system:serviceaccount:interlink:"
+    kubeconfig = env["kubeconfig"]
+    _csr(kubeconfig, "vk-hpc-0", sa + "hpc-0", "system:node:hpc-0")
+    _csr(kubeconfig, "vk-hpc-1", sa + "hpc-1", "system:node:hpc-1")
+    _csr(kubeconfig, "vk-hpc-1-other", sa + "hpc-1", "system:node:ilc-0")  # another node's name
+    _csr(kubeconfig, "bystander", None, "system:node:hpc-0")  # another requester (the admin)
+    rc, out, _ = _play(env, "bastions.yml", "cluster_nodes.yml")
+    assert rc == 0, out[-4000:]
+    assert _conditions(api, "vk-hpc-0") == ["Approved"]
+    assert _conditions(api, "vk-hpc-1") == ["Approved"]
+    assert _conditions(api, "vk-hpc-1-other") == []
+    assert _conditions(api, "bystander") == []
+    assert "asks for common name 'system:node:ilc-0', not 'system:node:hpc-1'" in out
+
+
+def test_down_leaves_nothing(env: dict[str, Any]) -> None:
+    api = env["api"]
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": "team-a-wstunnel"}})  # the VK's, per pod ns
+    jobs: list[str] = []
+    watcher = threading.Thread(target=_watch_jobs, args=(api, jobs), daemon=True)
+    watcher.start()
+    time.sleep(0.5)
+    rc, out, _ = _play(env, "cluster_uninstall.yml")
+    assert rc == 0, out[-4000:]
+    watcher.join(timeout=40)
+    assert jobs == []  # the pre-delete hook's Job never ran: decice did its work
+    csrs = client.CertificatesV1Api(api)
+    names = {c.metadata.name for c in csrs.list_certificate_signing_request().items}
+    assert "bystander" in names and not names & {"vk-hpc-0", "vk-hpc-1", "vk-hpc-1-other"}
+    csrs.delete_certificate_signing_request("bystander")
+    from tests.integration.simsupport import api_objects
+    from tests.support import wait_for
+
+    wait_for(
+        "no leftovers",
+        lambda: api_objects(api, [NS]) == env["before"],
+        timeout=60,
+    )
+    assert not list((env["tmp"] / "state" / "interlink").glob("hpc-*"))
+    rc, out, stats = _play(env, "cluster_uninstall.yml")  # again: nothing to do, no error
+    assert rc == 0 and stats.get("changed") == 0, out[-4000:]
