@@ -45,16 +45,17 @@ NODES = ("hpc-0", "hpc-1")
 KEY_OPTIONS = 'restrict,port-forwarding,permitlisten="127.0.0.1:3000"'
 
 
-def _spec() -> dict[str, Any]:
+def _spec(nodes: tuple[str, ...]) -> dict[str, Any]:
     endpoint = {"login_host": "login1", "partition": "batch", "data_dir": "/shared/il"}
+    endpoints = [
+        {**endpoint, "node": "hpc-0", "bastion_host": "10.0.0.5"},
+        {**endpoint, "node": "hpc-1"},
+    ]
     return {
         "target": "lab",
         "addons": {
             "interlink": {
-                "endpoints": [
-                    {**endpoint, "node": "hpc-0", "bastion_host": "10.0.0.5"},
-                    {**endpoint, "node": "hpc-1"},
-                ],
+                "endpoints": [e for e in endpoints if e["node"] in nodes],
                 # the virtual kubelet's tunnel option: down then removes "-wstunnel" namespaces
                 "values": {"virtualNode": {"network": {"enableTunnel": True}}},
             }
@@ -62,7 +63,9 @@ def _spec() -> dict[str, Any]:
     }
 
 
-def _play(env: dict[str, Any], *steps: str) -> tuple[int, str, dict[str, int]]:
+def _play(
+    env: dict[str, Any], *steps: str, nodes: tuple[str, ...] = NODES
+) -> tuple[int, str, dict[str, int]]:
     playbook = env["tmp"] / f"play-{'-'.join(Path(s).stem for s in steps)}.yml"
     tasks = [
         {
@@ -87,7 +90,7 @@ def _play(env: dict[str, Any], *steps: str) -> tuple[int, str, dict[str, int]]:
                 "decice_state_dir": str(env["tmp"] / "state"),
                 "decice_helm": str(env["helm"]),
                 "decice_mirror": str(MIRROR),
-                "decice_spec": _spec(),
+                "decice_spec": _spec(nodes),
                 "interlink_bastion_host": "10.9.9.9",
                 "interlink_timeout": 120,
             }
@@ -232,6 +235,24 @@ def test_serving_certificates_approved_for_their_node_only(env: dict[str, Any]) 
     assert "asks for common name 'system:node:ilc-0', not 'system:node:hpc-1'" in out
 
 
+def test_up_removes_a_virtual_node_gone_from_the_spec(env: dict[str, Any]) -> None:
+    api = env["api"]
+    rc, out, _ = _play(env, *INSTALL, nodes=("hpc-0",))
+    assert rc == 0, out[-4000:]
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    assert {d.metadata.name for d in apps.list_namespaced_deployment(NS).items} == {"hpc-0-node"}
+    assert "hpc-1" not in {n.metadata.name for n in core.list_node().items}
+    csrs = {
+        c.metadata.name
+        for c in client.CertificatesV1Api(api).list_certificate_signing_request().items
+    }
+    assert "vk-hpc-0" in csrs and not csrs & {"vk-hpc-1", "vk-hpc-1-other"}
+    assert not list((env["tmp"] / "state" / "interlink").glob("hpc-1.*"))
+    assert (env["tmp"] / "state" / "interlink" / "hpc-0.tunnel").is_file()
+    rc, out, _ = _play(env, *INSTALL)  # both again, for down
+    assert rc == 0, out[-4000:]
+
+
 def test_down_leaves_nothing(env: dict[str, Any]) -> None:
     api = env["api"]
     core = client.CoreV1Api(api)
@@ -240,7 +261,8 @@ def test_down_leaves_nothing(env: dict[str, Any]) -> None:
     watcher = threading.Thread(target=_watch_jobs, args=(api, jobs), daemon=True)
     watcher.start()
     time.sleep(0.5)
-    rc, out, _ = _play(env, "cluster_uninstall.yml")
+    # hpc-1 is no longer in the spec, but its release is in decice's namespace: it goes too
+    rc, out, _ = _play(env, "cluster_uninstall.yml", nodes=("hpc-0",))
     assert rc == 0, out[-4000:]
     watcher.join(timeout=40)
     assert jobs == []  # the pre-delete hook's Job never ran: decice did its work
