@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import yaml
 
 from decice import records
 from decice_scheduler.state import ClusterState
@@ -221,3 +222,11 @@ def crd_manifest(
             "versions": [{**version, "schema": {"openAPIV3Schema": schema}}],
         },
     }
+
+
+def tunnel_key_options(port: int = 3000) -> str:
+    """The authorized_keys options the interlink role gives a virtual node's tunnel key on
+    its bastion (roles/interlink/vars/main.yml), for ``port``."""
+    path = REPO / "ansible_collections/decice/hybrid/roles/interlink/vars/main.yml"
+    template = str(yaml.safe_load(path.read_text())["interlink__key_options"])
+    return template.replace("{{ interlink__tunnel_port }}", str(port)).strip()

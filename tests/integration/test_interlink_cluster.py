@@ -34,7 +34,7 @@ from kubernetes import client, config, watch
 
 from decice.sim.binaries import BinarySet
 from decice.sim.controlplane import ControlPlaneInfo
-from tests.support import REPO, require, run_playbook
+from tests.support import REPO, require, run_playbook, tunnel_key_options
 
 pytestmark = [pytest.mark.addons, pytest.mark.sim]
 
@@ -42,7 +42,7 @@ MIRROR = REPO.parent / "shared" / "mirror"
 VERSIONS = REPO / "ansible_collections" / "decice" / "hybrid" / "vars" / "versions.yml"
 NS = "interlink"
 NODES = ("hpc-0", "hpc-1")
-KEY_OPTIONS = 'restrict,port-forwarding,permitlisten="127.0.0.1:3000"'
+KEY_OPTIONS = tunnel_key_options()
 
 
 def _spec(nodes: tuple[str, ...]) -> dict[str, Any]:

@@ -27,14 +27,14 @@ import yaml
 
 from decice import lab
 from tests.integration.labsupport import ssh
-from tests.support import REPO, run_playbook, wait_for
+from tests.support import REPO, run_playbook, tunnel_key_options, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.addons]
 
 VERSIONS = REPO / "ansible_collections" / "decice" / "hybrid" / "vars" / "versions.yml"
 NODE = "hpc-t"
 DATA = "/shared/iltr/data"
-OPTIONS = 'restrict,port-forwarding,permitlisten="127.0.0.1:3000"'
+OPTIONS = tunnel_key_options()
 KEY_ARG = "IdentityFile=[/]home/decice/.local/share/decice-interlink/hpc-t/tunnel_key"
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ import pytest
 
 from decice import lab
 from tests.integration.labsupport import ssh
-from tests.support import wait_for
+from tests.support import tunnel_key_options, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.addons]
 
@@ -34,7 +35,7 @@ LAB_UID = 1500
 PORT = 3000
 # matches the tunnel ssh's argv, not the shell that runs pgrep with this pattern
 KEY_ARG = f"IdentityFile=[{BASE[0]}]{BASE[1:]}/key"
-KEY_OPTIONS = f'restrict,port-forwarding,permitlisten="127.0.0.1:{PORT}"'
+KEY_OPTIONS = tunnel_key_options(PORT)  # exactly what the role authorizes on the bastion
 PING = (
     "python3 -c 'import urllib.request; "
     f'print(urllib.request.urlopen("http://127.0.0.1:{PORT}/ping", timeout=5).read().decode())'
@@ -132,6 +133,59 @@ def test_ping_through_the_tunnel_and_nothing_else(tunnelled: Tunnelled) -> None:
         check=False,
     )
     assert other.endswith("exit=255"), other
+    ssh_key = (
+        f"ssh -F /dev/null -o BatchMode=yes -o StrictHostKeyChecking=yes "
+        f"-o UserKnownHostsFile={BASE}/known_hosts -o IdentitiesOnly=yes -i {BASE}/key"
+    )
+    # no forward into the bastion's network: -L to node1's sshd is refused
+    local = t.on(
+        "node1",
+        f"{ssh_key} -o ExitOnForwardFailure=yes -N -f -L 127.0.0.1:{PORT + 2}:node1:22 "
+        f"decice@node2; sleep 1; timeout 5 head -c 4 </dev/tcp/127.0.0.1/{PORT + 2}; echo; "
+        f"pkill -u decice -f '[-]L 127.0.0.1:{PORT + 2}'; true",
+        check=False,
+    )
+    assert "SSH-" not in local, local
+    assert _banner_through_unrestricted_forward(t.info) == b"SSH-"  # the control
+    # no command, no shell: the forced command runs instead and fails
+    command = t.on("node1", f"{ssh_key} decice@node2 echo reached; echo exit=$?", check=False)
+    assert "reached" not in command and command.endswith("exit=1"), command
+
+
+def _banner_through_unrestricted_forward(info: lab.LabInfo) -> bytes:
+    """The same -L through node2's sshd with the lab's own (unrestricted) key, from the
+    controller: the first bytes node1's sshd sends (b"SSH-" when forwarding works)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    forward = subprocess.Popen(
+        [
+            "ssh",
+            "-F",
+            info.ssh_config,
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ExitOnForwardFailure=yes",
+            "-N",
+            "-L",
+            f"127.0.0.1:{port}:node1:22",
+            "decice@node2",
+        ]
+    )
+    try:
+
+        def banner() -> bytes | None:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+                    return conn.recv(4)
+            except OSError:
+                return None
+
+        return wait_for("the control forward", banner, timeout=20, every=0.3)
+    finally:
+        forward.terminate()
+        forward.wait(10)
 
 
 def test_a_dropped_tunnel_comes_back(tunnelled: Tunnelled) -> None:

@@ -36,7 +36,9 @@ def test_targets(text: str, expected: tuple[str, str, int]) -> None:
     assert tunnel.parse_target(text) == expected
 
 
-@pytest.mark.parametrize("text", ["node2", "u@-oProxyCommand=x", "u@h:0", "u@h:70000", "U@h"])
+@pytest.mark.parametrize(
+    "text", ["node2", "u@-oProxyCommand=x", "u@-D1080", "u@h:0", "u@h:70000", "U@h"]
+)
 def test_bad_targets(text: str) -> None:
     with pytest.raises(UsageError, match="use USER@HOST"):
         tunnel.parse_target(text)
@@ -57,7 +59,9 @@ def test_ssh_never_prompts_and_trusts_only_its_files(tmp_path: Path) -> None:
     } <= options
     assert argv[argv.index("-F") + 1] == "/dev/null"
     assert argv[argv.index("-R") + 1] == "127.0.0.1:3000:/x/plugin.sock"
-    assert argv[-3:] == ["-l", "interlink", "10.0.0.5"] and argv[argv.index("-p") + 1] == "31022"
+    assert argv[-4:] == ["-l", "interlink", "--", "10.0.0.5"]
+    assert argv[argv.index("-p") + 1] == "31022"
+    assert {"CheckHostIP=no", "UpdateHostKeys=no"} <= options
 
 
 def _stub(tmp_path: Path, body: str) -> str:
@@ -131,3 +135,28 @@ def test_bad_tunnel_flags_exit_2_naming_the_fix(
     assert main(args) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "d").exists()  # refused before anything is made
+
+
+def test_a_failed_start_is_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(tunnel, "BACKOFF_FIRST", 0.05)
+    t = tunnel.Tunnel(_spec(tmp_path), ssh=str(tmp_path / "no-such-ssh"))
+    with caplog.at_level(logging.INFO, logger="decice.interlink.tunnel"):
+        t.start()
+        time.sleep(0.4)
+        assert t._thread.is_alive()  # the supervisor survives a failed exec
+        t.stop()
+    assert caplog.text.count("not started:") >= 2
+
+
+def test_stop_before_start_is_harmless(tmp_path: Path) -> None:
+    tunnel.Tunnel(_spec(tmp_path)).stop()
+
+
+def test_a_socket_path_too_long_is_refused_naming_the_limit() -> None:
+    from decice.interlink.server import parse_listen
+
+    with pytest.raises(UsageError, match="at most 107 bytes"):
+        parse_listen("unix:/" + "d" * 120 + "/plugin.sock")
+    assert parse_listen("unix:/" + "d" * 90).path == "/" + "d" * 90

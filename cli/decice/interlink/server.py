@@ -32,6 +32,7 @@ from decice.interlink.plugin import Plugin
 log = logging.getLogger("decice.interlink")
 
 MAX_BODY = 64 * 2**20
+UNIX_PATH_MAX = 107  # sun_path holds 108 bytes with the final NUL
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,11 @@ class Listen:
 def parse_listen(text: str) -> Listen:
     kind, _, rest = text.partition(":")
     if kind == "unix" and rest.startswith("/"):
+        if len(os.fsencode(rest)) > UNIX_PATH_MAX:
+            raise UsageError(
+                f"--listen {text!r}: a unix socket path has at most {UNIX_PATH_MAX} bytes; "
+                "use a shorter directory"
+            )
         return Listen("unix", path=rest)
     if kind == "tcp":
         host, _, port = rest.rpartition(":")

@@ -12,7 +12,9 @@ and up to 30 s between tries; ssh's own messages go to the plugin's log.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
+import os
 import re
 import signal
 import subprocess
@@ -26,7 +28,7 @@ from decice.interlink.errors import UsageError
 log = logging.getLogger("decice.interlink.tunnel")
 
 _TARGET = re.compile(
-    r"^(?P<user>[a-z_][a-z0-9_.-]{0,31})@(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)"
+    r"^(?P<user>[a-z_][a-z0-9_.-]{0,31})@(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*)"
     r"(?::(?P<port>[0-9]{1,5}))?$"
 )
 _PR_SET_PDEATHSIG = 1
@@ -81,6 +83,10 @@ def ssh_argv(spec: TunnelSpec, ssh: str = "ssh") -> list[str]:
         "-o",
         "IdentityAgent=none",
         "-o",
+        "CheckHostIP=no",
+        "-o",
+        "UpdateHostKeys=no",
+        "-o",
         "ExitOnForwardFailure=yes",
         "-o",
         "ServerAliveInterval=15",
@@ -94,6 +100,7 @@ def ssh_argv(spec: TunnelSpec, ssh: str = "ssh") -> list[str]:
         f"127.0.0.1:{spec.remote_port}:{spec.socket}",
         "-l",
         spec.user,
+        "--",
         spec.host,
     ]
 
@@ -102,9 +109,12 @@ def ssh_argv(spec: TunnelSpec, ssh: str = "ssh") -> list[str]:
 _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
 
 
-def _die_with_parent() -> None:
-    """In the child: SIGTERM when the thread that started it ends (the plugin killed)."""
+def _die_with_parent(parent: int) -> None:
+    """In the child: SIGTERM when the thread that started it ends (the plugin killed);
+    gone at once when the plugin died before that was set."""
     _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 class Tunnel:
@@ -124,6 +134,8 @@ class Tunnel:
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
+        if not self._thread.is_alive():
+            return
         with self._lock:
             proc = self._proc
         if proc is not None and proc.poll() is None:
@@ -138,7 +150,10 @@ class Tunnel:
         delay = BACKOFF_FIRST
         while not self._stop.is_set():
             started = time.monotonic()
-            code = self._once()
+            try:
+                code: int | str = self._once()
+            except OSError as exc:  # fork or exec failed (EAGAIN, EMFILE, ENOMEM...)
+                code = f"not started: {exc}"
             if self._stop.is_set():
                 break
             if time.monotonic() - started >= STEADY_S:
@@ -156,7 +171,7 @@ class Tunnel:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
-                preexec_fn=_die_with_parent,  # prctl only
+                preexec_fn=functools.partial(_die_with_parent, os.getpid()),  # prctl only
             )
             proc = self._proc
             self.starts += 1
