@@ -43,6 +43,7 @@ VERSIONS = REPO / "ansible_collections" / "decice" / "hybrid" / "vars" / "versio
 NS = "interlink"
 NODES = ("hpc-0", "hpc-1")
 KEY_OPTIONS = tunnel_key_options()
+REFUSED = ("vk-hpc-1-other", "vk-hpc-1-ip", "vk-hpc-1-dns", "vk-hpc-1-org")
 
 
 def _spec(nodes: tuple[str, ...]) -> dict[str, Any]:
@@ -123,8 +124,18 @@ def env(
         yield env
 
 
-def _csr(kubeconfig: Path, name: str, requester: str | None, common_name: str) -> None:
-    """A kubelet-serving request for ``common_name``, made as ``requester`` (impersonated)."""
+def _csr(
+    kubeconfig: Path,
+    name: str,
+    requester: str | None,
+    common_name: str,
+    ips: list[str],
+    *,
+    dns: str = "",
+    org: str = "system:nodes",
+) -> None:
+    """A kubelet-serving request for ``common_name`` and ``ips`` (and DNS name ``dns``),
+    made as ``requester`` (impersonated) - the virtual kubelet asks for its pod's IP."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -133,11 +144,13 @@ def _csr(kubeconfig: Path, name: str, requester: str | None, common_name: str) -
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name(
         [
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, org),
             x509.NameAttribute(NameOID.COMMON_NAME, common_name),
         ]
     )
-    san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("10.0.0.5"))])
+    names: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+    names += [x509.DNSName(dns)] if dns else []
+    san = x509.SubjectAlternativeName(names)
     pem = (
         x509.CertificateSigningRequestBuilder()
         .subject_name(subject)
@@ -222,17 +235,31 @@ def test_serving_certificates_approved_for_their_node_only(env: dict[str, Any]) 
         )
     sa = "system:serviceaccount:interlink:"
     kubeconfig = env["kubeconfig"]
-    _csr(kubeconfig, "vk-hpc-0", sa + "hpc-0", "system:node:hpc-0")
-    _csr(kubeconfig, "vk-hpc-1", sa + "hpc-1", "system:node:hpc-1")
-    _csr(kubeconfig, "vk-hpc-1-other", sa + "hpc-1", "system:node:ilc-0")  # another node's name
-    _csr(kubeconfig, "bystander", None, "system:node:hpc-0")  # another requester (the admin)
+    ip = {n: _pod_ip(core, n) for n in NODES}
+    _csr(kubeconfig, "vk-hpc-0", sa + "hpc-0", "system:node:hpc-0", [ip["hpc-0"]])
+    _csr(kubeconfig, "vk-hpc-1", sa + "hpc-1", "system:node:hpc-1", [ip["hpc-1"]])
+    # refused: another node's name, another pod's IP, a DNS name, another organization
+    _csr(kubeconfig, "vk-hpc-1-other", sa + "hpc-1", "system:node:ilc-0", [ip["hpc-1"]])
+    _csr(kubeconfig, "vk-hpc-1-ip", sa + "hpc-1", "system:node:hpc-1", [ip["hpc-0"]])
+    _csr(kubeconfig, "vk-hpc-1-dns", sa + "hpc-1", "system:node:hpc-1", [], dns="api.corp")
+    _csr(kubeconfig, "vk-hpc-1-org", sa + "hpc-1", "system:node:hpc-1", [], org="system:masters")
+    _csr(kubeconfig, "bystander", None, "system:node:hpc-0", [ip["hpc-0"]])  # the admin's
     rc, out, _ = _play(env, "bastions.yml", "cluster_nodes.yml")
     assert rc == 0, out[-4000:]
     assert _conditions(api, "vk-hpc-0") == ["Approved"]
     assert _conditions(api, "vk-hpc-1") == ["Approved"]
-    assert _conditions(api, "vk-hpc-1-other") == []
+    for refused in REFUSED:
+        assert _conditions(api, refused) == [], refused
     assert _conditions(api, "bystander") == []
     assert "asks for common name 'system:node:ilc-0', not 'system:node:hpc-1'" in out
+    assert f"asks for IP addresses {ip['hpc-0']}, not among ['{ip['hpc-1']}']" in out
+    assert "asks for names other than IP addresses: DNSName api.corp" in out
+    assert "asks for organizations ['system:masters'], not ['system:nodes']" in out
+
+
+def _pod_ip(core: client.CoreV1Api, node: str) -> str:
+    (pod,) = core.list_namespaced_pod(NS, label_selector=f"app={node}").items
+    return str(pod.status.pod_ip)
 
 
 def test_up_removes_a_virtual_node_gone_from_the_spec(env: dict[str, Any]) -> None:
@@ -246,7 +273,7 @@ def test_up_removes_a_virtual_node_gone_from_the_spec(env: dict[str, Any]) -> No
         c.metadata.name
         for c in client.CertificatesV1Api(api).list_certificate_signing_request().items
     }
-    assert "vk-hpc-0" in csrs and not csrs & {"vk-hpc-1", "vk-hpc-1-other"}
+    assert "vk-hpc-0" in csrs and not csrs & {"vk-hpc-1", *REFUSED}
     assert not list((env["tmp"] / "state" / "interlink").glob("hpc-1.*"))
     assert (env["tmp"] / "state" / "interlink" / "hpc-0.tunnel").is_file()
     rc, out, _ = _play(env, *INSTALL)  # both again, for down
@@ -268,7 +295,7 @@ def test_down_leaves_nothing(env: dict[str, Any]) -> None:
     assert jobs == []  # the pre-delete hook's Job never ran: decice did its work
     csrs = client.CertificatesV1Api(api)
     names = {c.metadata.name for c in csrs.list_certificate_signing_request().items}
-    assert "bystander" in names and not names & {"vk-hpc-0", "vk-hpc-1", "vk-hpc-1-other"}
+    assert "bystander" in names and not names & {"vk-hpc-0", "vk-hpc-1", *REFUSED}
     csrs.delete_certificate_signing_request("bystander")
     from tests.integration.simsupport import api_objects
     from tests.support import wait_for

@@ -26,16 +26,17 @@ author:
   - decice maintainers
 description:
   - Approves each pending CertificateSigningRequest (certificates.k8s.io/v1) whose
-    C(spec.username) is O(username), whose signer is O(signer_name), whose subject's
-    common name is O(common_name) and whose usages are among O(usages). The approval is
+    C(spec.username) is O(username), whose signer is O(signer_name), whose subject is
+    O(common_name) in O(organizations), whose alternative names are IP addresses among
+    O(ip_addresses) and whose usages are among O(usages). The approval is
     written to the C(approval) subresource, as C(kubectl certificate approve) writes it;
     kubernetes.core has no module that writes it.
   - A virtual kubelet of interLink asks for its serving certificate as its service
     account (C(system:serviceaccount:<namespace>:<node>)) with signer
     C(kubernetes.io/kubelet-serving), which Kubernetes never approves by itself.
-  - Requests already approved or denied, of another requester or signer, or asking for
-    another name or other usages are left as they are (the last two are listed in
-    RV(refused)).
+  - Requests already approved or denied, or of another requester or signer, are left
+    as they are; pending ones of the requester that ask for anything else are left too
+    and listed in RV(refused) with the reason.
   - Runs on the controller with the Python that has the kubernetes client.
 options:
   username:
@@ -59,6 +60,19 @@ options:
     description: The approval condition's reason.
     type: str
     default: DeciceApproved
+  organizations:
+    description: The subject's organizations, exactly.
+    type: list
+    elements: str
+    default: [system:nodes]
+  ip_addresses:
+    description:
+      - The IP addresses a request may name (all of its IP names must be among these; a
+        virtual kubelet names its pod's IP). Names of any other kind (DNS, email, URI) are
+        never approved.
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
 """
@@ -94,8 +108,9 @@ def pending(csr: Mapping[str, Any]) -> bool:
     return not any(c.get("type") in {"Approved", "Denied"} for c in conditions)
 
 
-def common_name_of(request_b64: str) -> str | None:
-    """The subject CN of a base64 PEM certificate request; None when it does not parse."""
+def parsed(request_b64: str) -> dict[str, Any] | None:
+    """Subject CN and O, and the alternative names of a base64 PEM certificate request:
+    ``{"cn", "o": [...], "ips": [...], "other": [...]}``; None when it does not parse."""
     from cryptography import x509
     from cryptography.x509.oid import NameOID
 
@@ -103,16 +118,42 @@ def common_name_of(request_b64: str) -> str | None:
         csr = x509.load_pem_x509_csr(base64.b64decode(request_b64))
     except (ValueError, TypeError):
         return None
-    names = csr.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    return str(names[0].value) if names else None
+    cn = csr.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    org = csr.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
+    ips: list[str] = []
+    other: list[str] = []
+    try:
+        san = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        san = []
+    for name in san:
+        if isinstance(name, x509.IPAddress):
+            ips.append(str(name.value))
+        else:
+            other.append(f"{type(name).__name__} {name.value}")
+    return {
+        "cn": str(cn[0].value) if cn else None,
+        "o": sorted(str(o.value) for o in org),
+        "ips": ips,
+        "other": other,
+    }
 
 
 def why_not(csr: Mapping[str, Any], params: Mapping[str, Any]) -> str | None:
     """None when ``csr`` (pending, of the requester and signer) may be approved."""
     spec = csr.get("spec") or {}
-    cn = common_name_of(spec.get("request", ""))
-    if cn != params["common_name"]:
-        return f"asks for common name {cn!r}, not {params['common_name']!r}"
+    request = parsed(spec.get("request", ""))
+    if request is None:
+        return "its request does not parse"
+    if request["cn"] != params["common_name"]:
+        return f"asks for common name {request['cn']!r}, not {params['common_name']!r}"
+    if request["o"] != sorted(params["organizations"]):
+        return f"asks for organizations {request['o']}, not {sorted(params['organizations'])}"
+    if request["other"]:
+        return f"asks for names other than IP addresses: {', '.join(request['other'])}"
+    foreign = sorted(set(request["ips"]) - set(params["ip_addresses"]))
+    if foreign:
+        return f"asks for IP addresses {', '.join(foreign)}, not among {params['ip_addresses']}"
     extra = sorted(set(spec.get("usages") or []) - set(params["usages"]))
     if extra:
         return f"asks for usages {', '.join(extra)}"
@@ -183,6 +224,8 @@ def main() -> None:
             "default": ["digital signature", "key encipherment", "server auth"],
         },
         reason={"type": "str", "default": "DeciceApproved"},
+        organizations={"type": "list", "elements": "str", "default": ["system:nodes"]},
+        ip_addresses={"type": "list", "elements": "str", "default": []},
     )
     module = AnsibleK8SModule(argument_spec=spec, supports_check_mode=True)
     module.exit_json(**run(module))
