@@ -65,16 +65,20 @@ def _spec(nodes: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _play(
-    env: dict[str, Any], *steps: str, nodes: tuple[str, ...] = NODES
+    env: dict[str, Any],
+    *steps: str,
+    nodes: tuple[str, ...] = NODES,
+    tasks: list[dict[str, Any]] | None = None,
+    name: str = "",
 ) -> tuple[int, str, dict[str, int]]:
-    playbook = env["tmp"] / f"play-{'-'.join(Path(s).stem for s in steps)}.yml"
+    playbook = env["tmp"] / f"play-{name or '-'.join(Path(s).stem for s in steps)}.yml"
     tasks = [
         {
             "name": f"interlink {step}",
             "ansible.builtin.include_role": {"name": "decice.hybrid.interlink", "tasks_from": step},
         }
         for step in steps
-    ]
+    ] + (tasks or [])
     play = {
         "hosts": "localhost",
         "connection": "local",
@@ -260,6 +264,28 @@ def test_serving_certificates_approved_for_their_node_only(env: dict[str, Any]) 
 def _pod_ip(core: client.CoreV1Api, node: str) -> str:
     (pod,) = core.list_namespaced_pod(NS, label_selector=f"app={node}").items
     return str(pod.status.pod_ip)
+
+
+def test_the_bastion_host_key_step_stops_where_this_machine_does(env: dict[str, Any]) -> None:
+    """cluster_bastion.yml finds the release's live pod and asks its ssh-bastion container
+    for the host key; the sim's pods have no container to exec into (no kubelet), so the
+    step must stop with its own message naming the fix, and write no known_hosts line."""
+    play = env["tmp"] / "bastion.yml"
+    task = {
+        "name": "bastion",
+        "ansible.builtin.include_role": {
+            "name": "decice.hybrid.interlink",
+            "tasks_from": "cluster_bastion.yml",
+        },
+        "vars": {"interlink__ep": {"node": "hpc-0"}, "interlink_bastion_key_retries": 1},
+    }
+    rc, out, _ = _play(env, "bastions.yml", tasks=[task], name=play.stem)
+    assert rc != 0
+    assert "Ask the ssh-bastion container for its host key: hpc-0" in out
+    assert "hpc-0: no running pod of the release in interlink, or its" in out, out[-3000:]
+    assert "error dialing backend" in out  # the API's own reason, passed on
+    assert "fix: check the release's pod" in out
+    assert not (env["tmp"] / "state" / "interlink" / "hpc-0.known_hosts").exists()
 
 
 def test_up_removes_a_virtual_node_gone_from_the_spec(env: dict[str, Any]) -> None:
