@@ -10,6 +10,7 @@ import functools
 import http.server
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -104,6 +105,29 @@ def run_playbook(inventory: str, name: str | Path, *args: str) -> subprocess.Com
     return subprocess.run(
         argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False
     )
+
+
+def localhost_recap(stdout: str) -> dict[str, int]:
+    """The PLAY RECAP counts of ``localhost`` (ok, changed, failed, ...); {} when absent."""
+    recap = re.search(r"localhost\s+:\s+(.*)", stdout)
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", recap.group(1))} if recap else {}
+
+
+def run_tasks(
+    inventory: str, path: Path, tasks: Sequence[Mapping[str, Any]], *args: str
+) -> tuple[int, str, dict[str, int]]:
+    """``tasks`` as one play on localhost (local connection, the collection's versions.yml
+    loaded), written to ``path`` and run with ``run_playbook``: exit code, output, recap."""
+    play = {
+        "hosts": "localhost",
+        "connection": "local",
+        "gather_facts": False,
+        "vars_files": [str(REPO / "ansible_collections/decice/hybrid/vars/versions.yml")],
+        "tasks": list(tasks),
+    }
+    path.write_text(yaml.safe_dump([play]))
+    result = run_playbook(inventory, path, *args)
+    return result.returncode, result.stdout + result.stderr, localhost_recap(result.stdout)
 
 
 @contextlib.contextmanager

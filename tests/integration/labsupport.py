@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 from decice import lab
 from tests.support import require
@@ -36,3 +37,22 @@ def ssh(info: lab.LabInfo, host: str, command: str, *, check: bool = True) -> st
     if check:
         assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout.strip()
+
+
+PACKAGE = Path(__file__).resolve().parents[2] / "cli" / "decice"
+
+
+def stage_plugin(info: lab.LabInfo, name: str) -> Path:
+    """A fresh ``<lab shared dir>/<name>`` holding ``app/decice`` with decice.interlink (the
+    plugin needs nothing else: it runs as ``PYTHONPATH=/shared/<name>/app python3 -m
+    decice.interlink`` on any lab node). The caller hands the tree to the lab user."""
+    root = Path(info.shared_dir) / name
+    if root.exists():
+        shutil.rmtree(root)
+    app = root / "app" / "decice"
+    app.mkdir(parents=True)
+    shutil.copy2(PACKAGE / "__init__.py", app / "__init__.py")
+    shutil.copytree(
+        PACKAGE / "interlink", app / "interlink", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    return root

@@ -14,7 +14,6 @@ discovery.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import signal
 import subprocess
@@ -29,7 +28,7 @@ from kubernetes.client.rest import ApiException
 
 from decice.sim.binaries import BinarySet
 from decice.sim.controlplane import ControlPlaneInfo
-from tests.support import REPO, require, run_decice, run_playbook, wait_for
+from tests.support import REPO, localhost_recap, require, run_decice, run_playbook, wait_for
 
 pytestmark = pytest.mark.addons
 
@@ -64,9 +63,7 @@ def _vars(tmp: Path, kubeconfig: Path, helm: Path, mirror: Path, enabled: tuple[
 
 def _play(command: str, varfile: Path) -> tuple[int, str, dict[str, int]]:
     result = run_playbook("inventories/local", command, "--tags", "addons", "-e", f"@{varfile}")
-    recap = re.search(r"localhost\s+:\s+(.*)", result.stdout)
-    stats = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", recap.group(1))} if recap else {}
-    return result.returncode, result.stdout + result.stderr, stats
+    return result.returncode, result.stdout + result.stderr, localhost_recap(result.stdout)
 
 
 def _api_objects(api: client.ApiClient) -> set[tuple[str, str, str, str]]:

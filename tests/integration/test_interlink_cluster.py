@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import ipaddress
 import json
-import re
 import stat
 import threading
 import time
@@ -34,12 +33,11 @@ from kubernetes import client, config, watch
 
 from decice.sim.binaries import BinarySet
 from decice.sim.controlplane import ControlPlaneInfo
-from tests.support import REPO, require, run_playbook, tunnel_key_options
+from tests.support import REPO, require, run_tasks, tunnel_key_options
 
 pytestmark = [pytest.mark.addons, pytest.mark.sim]
 
 MIRROR = REPO.parent / "shared" / "mirror"
-VERSIONS = REPO / "ansible_collections" / "decice" / "hybrid" / "vars" / "versions.yml"
 NS = "interlink"
 NODES = ("hpc-0", "hpc-1")
 KEY_OPTIONS = tunnel_key_options()
@@ -79,14 +77,6 @@ def _play(
         }
         for step in steps
     ] + (tasks or [])
-    play = {
-        "hosts": "localhost",
-        "connection": "local",
-        "gather_facts": False,
-        "vars_files": [str(VERSIONS)],
-        "tasks": tasks,
-    }
-    playbook.write_text(yaml.safe_dump([play]))
     varfile = env["tmp"] / "vars.json"
     varfile.write_text(
         json.dumps(
@@ -101,10 +91,7 @@ def _play(
             }
         )
     )
-    result = run_playbook("inventories/local", playbook, "-e", f"@{varfile}")
-    recap = re.search(r"localhost\s+:\s+(.*)", result.stdout)
-    stats = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", recap.group(1))} if recap else {}
-    return result.returncode, result.stdout + result.stderr, stats
+    return run_tasks("inventories/local", playbook, tasks, "-e", f"@{varfile}")
 
 
 INSTALL = ("bastions.yml", "cluster_install.yml")

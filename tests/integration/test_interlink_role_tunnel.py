@@ -16,22 +16,19 @@ uninstall leaves no plugin, no tunnel ssh and no file.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from decice import lab
 from tests.integration.labsupport import ssh
-from tests.support import REPO, run_playbook, tunnel_key_options, wait_for
+from tests.support import REPO, run_tasks, tunnel_key_options, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.addons]
 
-VERSIONS = REPO / "ansible_collections" / "decice" / "hybrid" / "vars" / "versions.yml"
 NODE = "hpc-t"
 DATA = "/shared/iltr/data"
 OPTIONS = tunnel_key_options()
@@ -137,19 +134,8 @@ def setup(
 
 
 def _play(setup: dict[str, Any], name: str, tasks: list[dict]) -> tuple[int, str, dict[str, int]]:
-    play = {
-        "hosts": "localhost",
-        "connection": "local",
-        "gather_facts": False,
-        "vars_files": [str(VERSIONS)],
-        "tasks": tasks,
-    }
     path = setup["tmp"] / f"{name}.yml"
-    path.write_text(yaml.safe_dump([play]))
-    result = run_playbook(setup["info"].inventory, path, "-e", f"@{setup['varfile']}")
-    recap = re.search(r"localhost\s+:\s+(.*)", result.stdout)
-    stats = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", recap.group(1))} if recap else {}
-    return result.returncode, result.stdout + result.stderr, stats
+    return run_tasks(setup["info"].inventory, path, tasks, "-e", f"@{setup['varfile']}")
 
 
 def _ping(info: lab.LabInfo) -> dict | None:

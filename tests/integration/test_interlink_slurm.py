@@ -14,18 +14,16 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from decice import lab
-from tests.integration.labsupport import ssh
+from tests.integration.labsupport import ssh, stage_plugin
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.addons]
 
-PACKAGE = Path(__file__).resolve().parents[2] / "cli" / "decice"
 PORT = 4000
 BASE = "/shared/il"  # on every node
 LAB_UID = 1500
@@ -101,16 +99,7 @@ class Plugin:
 
 @pytest.fixture(scope="module")
 def plugin(slurm_cluster: lab.LabInfo) -> Iterator[Plugin]:
-    shared = Path(slurm_cluster.shared_dir)
-    root = shared / "il"
-    if root.exists():
-        shutil.rmtree(root)
-    app = root / "app" / "decice"
-    app.mkdir(parents=True)
-    shutil.copy2(PACKAGE / "__init__.py", app / "__init__.py")
-    shutil.copytree(
-        PACKAGE / "interlink", app / "interlink", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    root = stage_plugin(slurm_cluster, "il")
     for path in [root, *root.rglob("*")]:
         shutil.chown(path, LAB_UID, LAB_UID)
     token = uuid.uuid4().hex

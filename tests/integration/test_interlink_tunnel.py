@@ -19,17 +19,15 @@ import socket
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from decice import lab
-from tests.integration.labsupport import ssh
+from tests.integration.labsupport import ssh, stage_plugin
 from tests.support import tunnel_key_options, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.addons]
 
-PACKAGE = Path(__file__).resolve().parents[2] / "cli" / "decice"
 BASE = "/shared/ilt"  # on every node
 LAB_UID = 1500
 PORT = 3000
@@ -82,15 +80,7 @@ def tunnelled(
     slurm_cluster: lab.LabInfo, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Tunnelled]:
     info = slurm_cluster
-    root = Path(info.shared_dir) / "ilt"
-    if root.exists():
-        shutil.rmtree(root)
-    app = root / "app" / "decice"
-    app.mkdir(parents=True)
-    shutil.copy2(PACKAGE / "__init__.py", app / "__init__.py")
-    shutil.copytree(
-        PACKAGE / "interlink", app / "interlink", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    root = stage_plugin(info, "ilt")
     keys = tmp_path_factory.mktemp("tunnel-key")
     subprocess.run(
         ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "decice-tunnel", "-f", keys / "key"],

@@ -10,9 +10,8 @@ import stat
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.support import run_playbook
+from tests.support import run_tasks
 
 pytestmark = pytest.mark.unit
 
@@ -20,32 +19,26 @@ KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTheTestOnly0123456789abcde
 
 
 def _run(tmp_path: Path, port: int) -> tuple[int, str]:
-    play = {
-        "hosts": "localhost",
-        "connection": "local",
-        "gather_facts": False,
-        "tasks": [
-            {
-                "name": "bastions",
-                "ansible.builtin.include_role": {
-                    "name": "decice.hybrid.interlink",
-                    "tasks_from": "bastions.yml",
-                },
+    tasks = [
+        {
+            "name": "bastions",
+            "ansible.builtin.include_role": {
+                "name": "decice.hybrid.interlink",
+                "tasks_from": "bastions.yml",
             },
-            {
-                "name": "known_hosts",
-                "ansible.builtin.include_role": {
-                    "name": "decice.hybrid.interlink",
-                    "tasks_from": "known_hosts.yml",
-                },
-                "vars": {
-                    "interlink__ep": {"node": "hpc-0"},
-                    "interlink__host_key_text": f"{KEY} root@bastion\n",
-                },
+        },
+        {
+            "name": "known_hosts",
+            "ansible.builtin.include_role": {
+                "name": "decice.hybrid.interlink",
+                "tasks_from": "known_hosts.yml",
             },
-        ],
-    }
-    (tmp_path / "play.yml").write_text(yaml.safe_dump([play]))
+            "vars": {
+                "interlink__ep": {"node": "hpc-0"},
+                "interlink__host_key_text": f"{KEY} root@bastion\n",
+            },
+        },
+    ]
     (tmp_path / "state" / "interlink").mkdir(parents=True, exist_ok=True)
     spec = {
         "target": "lab",
@@ -65,10 +58,10 @@ def _run(tmp_path: Path, port: int) -> tuple[int, str]:
     (tmp_path / "vars.json").write_text(
         json.dumps({"decice_state_dir": str(tmp_path / "state"), "decice_spec": spec})
     )
-    result = run_playbook(
-        "inventories/local", tmp_path / "play.yml", "-e", f"@{tmp_path / 'vars.json'}"
+    rc, out, _ = run_tasks(
+        "inventories/local", tmp_path / "play.yml", tasks, "-e", f"@{tmp_path / 'vars.json'}"
     )
-    return result.returncode, result.stdout + result.stderr
+    return rc, out
 
 
 @pytest.mark.parametrize(("port", "host"), [(31022, "[10.0.0.5]:31022"), (22, "10.0.0.5")])
