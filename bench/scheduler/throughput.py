@@ -16,9 +16,13 @@ the core away in the middle of a decision), decision latency p50/p99 (decice: it
 the time apiserver/etcd/other work held the shared cores; kube: its
 ``scheduler_scheduling_algorithm_duration_seconds``, coarse exponential buckets, when
 readable), and for decice the drift found by an audit (``POST /debug/audit``) once all
-pods are bound. ``rejections`` replays kubelet admission over the final LIST (pods in
-creation order, per node: pod count, cpu, memory, extended resources): no node agent
-runs, so this counts what an agent WOULD reject, for both schedulers.
+pods are bound. ``at_limit`` is the shortest time the client limit allows (time to first
+bind + (pods - burst) / qps: a token bucket that starts full) over the time taken: near
+1.0, the run was held by its own ``--qps``/``--burst``, not by the scheduler or the API
+server, and a faster scheduler could not show it. ``rejections`` replays kubelet
+admission over the final LIST (pods in creation order, per node: pod count, cpu, memory,
+extended resources): no node agent runs, so this counts what an agent WOULD reject, for
+both schedulers.
 
 At the end, one JSON object per round (an A,B pair) with ``decice_pps``, ``kube_pps``,
 ``ratio``, ``decision_p50_ms``, ``decision_p99_ms``, ``drift``, ``rejections`` (and the
@@ -362,6 +366,15 @@ def start(
     return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
 
 
+def limiter_floor(first_bind: float, pods: int, qps: float, burst: int) -> float:
+    """The shortest time a client held to ``qps``/``burst`` (a token bucket that starts
+    full, as client-go's and decice's do) can take to bind ``pods`` pods when its first
+    bind happens ``first_bind`` s after start: the burst at once, the rest at ``qps``."""
+    if qps <= 0 or pods < 0 or burst < 0:
+        raise ValueError("qps must be positive, pods and burst not negative")
+    return first_bind + max(0, pods - burst) / qps
+
+
 def scheduler_pid(proc: subprocess.Popen[bytes], profiled: bool) -> int:
     """The scheduler's own pid (under py-spy it is py-spy's child)."""
     if not profiled:
@@ -431,6 +444,8 @@ def one_run(
                 "seconds": round(total, 2),
                 "pods_per_s": round(args.pods / total, 1),
                 "first_bind_s": round(first, 2),
+                # how close the run came to what its client limit allows (1.0: held by it)
+                "at_limit": round(limiter_floor(first, args.pods, args.qps, args.burst) / total, 3),
                 "cpu_s": round(cpu, 1),
                 "cpu_ms_per_pod": round(cpu * 1000 / args.pods, 2),
                 "peak_rss_mib": round(rss),
@@ -465,6 +480,7 @@ _DECICE_FIGURES = (
     ("rejections_source", None),
     ("decice_cpu_ms_per_pod", "cpu_ms_per_pod"),
     ("decice_first_bind_s", "first_bind_s"),
+    ("decice_at_limit", "at_limit"),
     ("decice_load1", "load1"),
     ("decice_preemptions", "preemptions"),
     ("decice_bind_p50_ms", "bind_p50_ms"),
@@ -482,6 +498,7 @@ _KUBE_FIGURES = tuple(
         "rejections",
         "cpu_ms_per_pod",
         "first_bind_s",
+        "at_limit",
         "load1",
         "preemptions",
         "bind_p50_ms",
