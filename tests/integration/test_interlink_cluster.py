@@ -21,8 +21,6 @@ import base64
 import ipaddress
 import json
 import stat
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -164,13 +162,19 @@ def _csr(
     client.CertificatesV1Api(as_requester).create_certificate_signing_request(body)
 
 
-def _watch_jobs(api: client.ApiClient, seen: list[str]) -> None:
-    """Every Job added in the add-on's namespace for 30 s (a hook's Job would be)."""
-    for event in watch.Watch().stream(
-        client.BatchV1Api(api).list_namespaced_job, NS, timeout_seconds=30
-    ):
-        if event["type"] == "ADDED":
-            seen.append(event["object"].metadata.name)
+def _jobs_added_since(api: client.ApiClient, rv: str) -> list[str]:
+    """Every Job added in the add-on's namespace since ``rv`` (a hook's Job would be),
+    replayed by the API server's watch from that version."""
+    return [
+        event["object"].metadata.name
+        for event in watch.Watch().stream(
+            client.BatchV1Api(api).list_namespaced_job,
+            NS,
+            resource_version=rv,
+            timeout_seconds=2,
+        )
+        if event["type"] == "ADDED"
+    ]
 
 
 def _conditions(api: client.ApiClient, name: str) -> list[str]:
@@ -297,15 +301,12 @@ def test_down_leaves_nothing(env: dict[str, Any]) -> None:
     api = env["api"]
     core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": "team-a-wstunnel"}})  # the VK's, per pod ns
-    jobs: list[str] = []
-    watcher = threading.Thread(target=_watch_jobs, args=(api, jobs), daemon=True)
-    watcher.start()
-    time.sleep(0.5)
+    rv = client.BatchV1Api(api).list_namespaced_job(NS).metadata.resource_version
     # hpc-1 is no longer in the spec, but its release is in decice's namespace: it goes too
     rc, out, _ = _play(env, "cluster_uninstall.yml", nodes=("hpc-0",))
     assert rc == 0, out[-4000:]
-    watcher.join(timeout=40)
-    assert jobs == []  # the pre-delete hook's Job never ran: decice did its work
+    # the pre-delete hook's Job never ran (not even briefly): decice did its work
+    assert _jobs_added_since(api, rv) == []
     csrs = client.CertificatesV1Api(api)
     names = {c.metadata.name for c in csrs.list_certificate_signing_request().items}
     assert "bystander" in names and not names & {"vk-hpc-0", "vk-hpc-1", *REFUSED}
