@@ -13,7 +13,12 @@ separate process, so its work does not delay the watcher's timestamps; CLOCK_MON
 shared) POSTs pods at a fixed rate for a fixed time, open loop: pod i is due i/rate s after
 the start, whatever the earlier POSTs are doing, over up to ``--connections`` (32)
 keep-alive HTTP/1.1 connections; it records the time each POST returned (cross-check:
-POST returned→bound, ``xcheck_*``) and the achieved create rate.
+POST returned→bound, ``xcheck_*``) and the achieved create rate. The API server's own
+record is the third measure (``api_*``): it runs with an audit log of every create of a pod
+or of a pod's binding (``_stream_stats.AUDIT_POLICY``), and a pod's create→bound is the
+time its binding's POST completed minus the time its create's POST completed, both stamped
+by the API server (``stageTimestamp``), so neither the watcher's nor the creator's delays
+are in it. The log costs the API server the same for both schedulers.
 
 A rate is *sustained* when the achieved create rate is ≥ 95 % of the target, every created
 pod is bound within ``--drain`` s after the last create, and the backlog (created - bound,
@@ -52,8 +57,10 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "scheduler"))
 
 from _stream_stats import (  # noqa: E402
+    AUDIT_POLICY,
     achieved_rate,
     arrival_offsets,
+    audit_latencies,
     backlog_growth,
     compare,
     due,
@@ -286,10 +293,38 @@ async def stream(
     }
 
 
+def audit_args(data: Path) -> dict[str, list[str]]:
+    """kube-apiserver flags for the audit log the API-side measure is read from."""
+    policy = data / "audit-policy.json"
+    policy.write_text(json.dumps(AUDIT_POLICY))
+    return {
+        "kube-apiserver": [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={data / 'audit.log'}",
+            "--audit-log-maxsize=100000",  # MB: never rotated within a run
+            "--audit-log-format=json",
+        ]
+    }
+
+
+def api_side(data: Path) -> dict[str, Any]:
+    """``api_*`` create→bound figures of the stream's pods from the audit log."""
+    with (data / "audit.log").open(encoding="utf-8") as log:
+        latency = audit_latencies(log, "s-")
+    figures = summary_ms(list(latency.values()), "api")
+    return {"api_bound": len(latency), **{k: v for k, v in figures.items() if "p90" not in k}}
+
+
 def one_run(which: str, rate: float, args: argparse.Namespace, binaries: Any) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="decice-bench-") as tmp:
         data = Path(tmp)
-        cp = ControlPlane(data, binaries, controller_manager=False, node_lifecycle=False)
+        cp = ControlPlane(
+            data,
+            binaries,
+            controller_manager=False,
+            node_lifecycle=False,
+            extra_args=audit_args(data),
+        )
         cp.start()
         try:
             name = "decice-scheduler" if which == "decice" else "default-scheduler"
@@ -305,6 +340,7 @@ def one_run(which: str, rate: float, args: argparse.Namespace, binaries: Any) ->
                 except subprocess.TimeoutExpired:
                     proc.kill()
             head = {"scheduler": which, "nodes": args.nodes, "qps": args.qps}
+            out.update(api_side(data))
             return {**head, "burst": args.burst, **out, "scheduler_cpu_s": round(cpu, 1)}
         finally:
             cp.stop()
