@@ -12,8 +12,10 @@ Per client, and off by default (the scheduler's hot path wants neither):
   backoff (honouring ``Retry-After``);
 - ``max_in_flight``: a bound on concurrent requests of the short-request pool.
 
-With both off and a kubeconfig-built config, small POSTs (``post``: bindings) take a
-lean HTTP/1.1 pool (see :mod:`decice_scheduler.http1`).
+With both off and a kubeconfig-built config (the scheduler's own client), small POSTs
+(``post``: bindings) take a lean HTTP/1.1 pool and watches a lean HTTP/1.1 stream on a
+connection of their own (see :mod:`decice_scheduler.http1`): httpx's HTTP/2 costs about
+twice the CPU per watch event (``bench/scheduler/watch_cost.py``).
 
 Errors: :class:`ApiError` (``status`` 0 for a transport failure) and its subclass
 :class:`Gone` (410: the resourceVersion is too old, list again).
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple
+from urllib.parse import urlencode
 
 import httpx
 import yaml
@@ -221,6 +224,31 @@ def decode(content: bytes) -> Any:
 
 
 # ================================================================== client
+
+
+async def _events(path: str, chunks: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]:
+    """A watch body's events: one JSON event per line, lines split across chunks as they
+    come (split as bytes: no text decoding, no per-line str objects). An ERROR event
+    raises (Gone for 410); a body cut inside an event raises ApiError."""
+    pending = b""
+    async for chunk in chunks:
+        if pending:
+            chunk = pending + chunk
+        lines = chunk.split(b"\n")
+        pending = lines.pop()
+        for line in lines:
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            if event.get("type") == "ERROR":
+                status = event.get("object") or {}
+                raise _error(
+                    "WATCH", path, int(status.get("code") or 0), str(status.get("message"))
+                )
+            yield event
+    if pending.strip():
+        # a stream cut inside an event: the partial line is not an event
+        raise ApiError("WATCH", path, 0, "stream ended inside an event")
 
 
 class Client:
@@ -466,8 +494,10 @@ class Client:
         ``params`` adds query parameters (label/field selectors). ``read_timeout``
         (default ``server_timeout + 30``) ends a silent stream. Ends when the server
         closes the stream; raises Gone on 410 (as a status or as an ERROR event),
-        ApiError on other failures, httpx errors on transport failures (including the
-        client read timeout). Never retried: the caller re-watches or relists.
+        ApiError on other failures, and on transport failures (including the read
+        timeout) ApiError with status 0 on the lean HTTP/1.1 path (clients that have
+        it: see the module docstring), httpx errors otherwise. Never retried: the
+        caller re-watches or relists.
         """
         query: dict[str, str | int] = {
             **(params or {}),
@@ -478,29 +508,47 @@ class Client:
         }
         if read_timeout is None:
             read_timeout = float(server_timeout + 30)
+        if self._fast is not None:
+            async for event in self._watch_http1(path, query, read_timeout):
+                yield event
+            return
         timeout = httpx.Timeout(30.0, read=read_timeout)
         async with self._watch_http.stream("GET", path, params=query, timeout=timeout) as resp:
             if resp.status_code != 200:
                 text = (await resp.aread()).decode(errors="replace")
                 raise _error("WATCH", path, resp.status_code, text)
-            # one JSON event per line; split the bytes ourselves (no text decoding, no
-            # per-line str objects: cheaper than aiter_lines on the event hot path)
-            pending = b""
-            async for chunk in resp.aiter_bytes():
-                if pending:
-                    chunk = pending + chunk
-                lines = chunk.split(b"\n")
-                pending = lines.pop()
-                for line in lines:
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    if event.get("type") == "ERROR":
-                        status = event.get("object") or {}
-                        raise _error(
-                            "WATCH", path, int(status.get("code") or 0), str(status.get("message"))
-                        )
-                    yield event
-            if pending.strip():
-                # a stream cut inside an event: the partial line is not an event
-                raise ApiError("WATCH", path, 0, "stream ended inside an event")
+            async for event in _events(path, resp.aiter_bytes()):
+                yield event
+
+    async def _watch_http1(
+        self, path: str, query: Mapping[str, str | int], read_timeout: float
+    ) -> AsyncIterator[dict[str, Any]]:
+        """``watch`` over a connection of the lean HTTP/1.1 pool's kind (its own)."""
+        assert self._fast is not None
+        target = f"{path}?{urlencode(query)}"
+        try:
+            stream = await self._fast.open_stream(target, read_timeout)
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise ApiError("WATCH", path, 0, repr(exc)) from exc
+        try:
+            if stream.status != 200:
+                try:
+                    text = (await stream.read_all()).decode(errors="replace")
+                except (OSError, TimeoutError, ValueError):
+                    text = ""
+                raise _error("WATCH", path, stream.status, text)
+
+            async def pieces() -> AsyncIterator[bytes]:
+                while True:
+                    try:
+                        data = await stream.read()
+                    except (OSError, TimeoutError, ValueError) as exc:
+                        raise ApiError("WATCH", path, 0, repr(exc)) from exc
+                    if not data:
+                        return
+                    yield data
+
+            async for event in _events(path, pieces()):
+                yield event
+        finally:
+            stream.close()

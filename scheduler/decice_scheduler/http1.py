@@ -12,6 +12,12 @@ once on a fresh connection (the server may have closed the idle connection). Tha
 what HTTP clients do for idempotent requests; a binding repeated after all gives 409,
 which the binder already treats as "forget and re-check". Every other failure raises
 ``OSError``/``TimeoutError``/``ValueError`` for the caller to map.
+
+:meth:`Http1Pool.open_stream` is the same idea for watches: a GET on a connection of its
+own whose body (chunked, as the API server sends a watch) is handed over piece by piece
+as it arrives, with a read timeout that ends a silent stream. A watch event costs a
+fraction of what httpx's HTTP/2 stream costs per event (h2 framing and flow control,
+httpcore and anyio layers), and the scheduler reads one event per pod it binds.
 """
 
 from __future__ import annotations
@@ -23,9 +29,33 @@ from collections import deque
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["Http1Pool"]
+__all__ = ["Http1Pool", "Http1Stream"]
 
 _CRLF2 = b"\r\n\r\n"
+# a streamed body buffered beyond this (the reader is behind) pauses reading the socket
+# until the reader has taken it below _STREAM_LOW
+_STREAM_HIGH = 8 * 1024 * 1024
+_STREAM_LOW = 1024 * 1024
+
+
+def _head(buf: bytearray, end: int) -> tuple[int, int, bool, bool]:
+    """A reply head (``buf[:end]``): status, Content-Length (-1 if none), chunked, and
+    whether the server closes the connection after it. ValueError on a bad status line."""
+    lines = bytes(buf[:end]).split(b"\r\n")
+    status_line = lines[0].split(b" ", 2)
+    if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/1."):
+        raise ValueError(f"bad status line {lines[0][:80]!r}")
+    length, chunked, close = -1, False, False
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        key = name.strip().lower()
+        if key == b"content-length":
+            length = int(value.strip())
+        elif key == b"transfer-encoding" and b"chunked" in value.lower():
+            chunked = True
+        elif key == b"connection" and b"close" in value.lower():
+            close = True
+    return int(status_line[1]), length, chunked, close
 
 
 class _Conn(asyncio.Protocol):
@@ -116,20 +146,7 @@ class _Conn(asyncio.Protocol):
             if end < 0:
                 return None
             self._head_end = end + 4
-            lines = bytes(buf[:end]).split(b"\r\n")
-            status_line = lines[0].split(b" ", 2)
-            if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/1."):
-                raise ValueError(f"bad status line {lines[0][:80]!r}")
-            self._status = int(status_line[1])
-            for line in lines[1:]:
-                name, _, value = line.partition(b":")
-                key = name.strip().lower()
-                if key == b"content-length":
-                    self._length = int(value.strip())
-                elif key == b"transfer-encoding" and b"chunked" in value.lower():
-                    self._chunked = True
-                elif key == b"connection" and b"close" in value.lower():
-                    self._close_after = True
+            self._status, self._length, self._chunked, self._close_after = _head(buf, end)
             if self._status in (204, 304) or 100 <= self._status < 200:
                 self._length = 0
             if self._length < 0 and not self._chunked:
@@ -159,6 +176,161 @@ class _Conn(asyncio.Protocol):
                 return None
             body += buf[pos : pos + size]
             pos += size + 2
+
+
+class Http1Stream(asyncio.Protocol):
+    """One streamed GET on a connection of its own (:meth:`Http1Pool.open_stream`).
+
+    After ``open_stream`` returns, ``status`` holds the reply's status; :meth:`read`
+    gives the body as it arrives (b"" at its end), :meth:`close` ends the connection.
+    Failures raise ``OSError``/``TimeoutError``/``ValueError`` like the pool's requests.
+    """
+
+    def __init__(self, read_timeout: float) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.status = 0
+        self.read_timeout = read_timeout
+        self._buf = bytearray()
+        self._head = False
+        self._chunked = False
+        self._left = -1  # body bytes still to come (Content-Length), -1: until the end
+        self._size = -1  # chunked: bytes of the current chunk still to come, -1: a size line
+        self._pieces: deque[bytes] = deque()
+        self._queued = 0
+        self._paused = False
+        self._done = False
+        self._error: Exception | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    # ---------------------------------------------------------------- protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._done and self._error is None:
+            self._error = ConnectionError(f"connection lost inside the stream: {exc!r}")
+        self._wake()
+
+    def eof_received(self) -> bool | None:
+        if self._head and not self._chunked and self._left < 0:
+            self._done = True  # a body that runs until the connection ends
+        self._wake()
+        return None
+
+    def data_received(self, data: bytes) -> None:
+        self._buf += data
+        try:
+            self._parse()
+        except ValueError as exc:
+            self._error = exc
+            self.close()
+        if self._queued > _STREAM_HIGH and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    # ---------------------------------------------------------------- reading
+
+    async def wait_head(self, timeout: float) -> None:
+        """Wait until the reply's head is in (``status`` set)."""
+        await self._wait(lambda: self._head, timeout, "no reply head")
+
+    async def read(self) -> bytes:
+        """The body bytes that arrived since the last call; b"" once the body ended.
+        Waits at most ``read_timeout`` for data (TimeoutError after that)."""
+        await self._wait(lambda: bool(self._pieces), self.read_timeout, "no data")
+        if not self._pieces:
+            return b""
+        data = self._pieces[0] if len(self._pieces) == 1 else b"".join(self._pieces)
+        self._pieces.clear()
+        self._queued = 0
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        return data
+
+    async def read_all(self, limit: int = 1024 * 1024) -> bytes:
+        """The rest of the body (at most ``limit`` bytes are kept): error replies."""
+        out = bytearray()
+        while data := await self.read():
+            out += data[: max(0, limit - len(out))]
+        return bytes(out)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    async def _wait(self, ready: Any, timeout: float, what: str) -> None:
+        while not ready():
+            if self._error is not None:
+                raise self._error
+            if self._done:
+                return
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_later(timeout, _expire_stream, waiter, what, timeout)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # ---------------------------------------------------------------- parsing
+
+    def _put(self, piece: bytes) -> None:
+        if piece:
+            self._pieces.append(piece)
+            self._queued += len(piece)
+
+    def _parse(self) -> None:
+        buf = self._buf
+        pos = 0
+        if not self._head:
+            end = buf.find(_CRLF2)
+            if end < 0:
+                return
+            self.status, self._left, self._chunked, _ = _head(buf, end)
+            if self._chunked:
+                self._left = -1
+            self._head = True
+            pos = end + 4
+            if self._left == 0:
+                self._done = True
+        if self._done:
+            del buf[:]
+            return
+        if not self._chunked:
+            piece = bytes(buf[pos:])
+            if self._left >= 0:
+                piece = piece[: self._left]
+                self._left -= len(piece)
+                self._done = self._left == 0
+            self._put(piece)
+            del buf[:]
+            return
+        while True:
+            if self._size < 0:
+                line_end = buf.find(b"\r\n", pos)
+                if line_end < 0:
+                    break
+                self._size = int(bytes(buf[pos:line_end]).split(b";", 1)[0].strip(), 16)
+                pos = line_end + 2
+                if self._size == 0:
+                    self._done = True  # trailers, if any, are not read
+                    break
+            if len(buf) - pos < self._size + 2:
+                break
+            self._put(bytes(buf[pos : pos + self._size]))
+            pos += self._size + 2
+            self._size = -1
+        del buf[:pos]
 
 
 class Http1Pool:
@@ -221,6 +393,31 @@ class Http1Pool:
                 decoded = None
             return status, decoded
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def open_stream(self, path: str, read_timeout: float) -> Http1Stream:
+        """GET ``path`` (with its query) on a new connection, not one of the pool's: the
+        stream is open once the reply's head is in. The caller closes it."""
+        loop = asyncio.get_running_loop()
+        _, stream = await asyncio.wait_for(
+            loop.create_connection(
+                lambda: Http1Stream(read_timeout),
+                self._host,
+                self._port,
+                ssl=self._ssl,
+                server_hostname=self._host if self._ssl is not None else None,
+            ),
+            self._timeout,
+        )
+        try:
+            assert stream.transport is not None
+            stream.transport.write(
+                f"GET {self._prefix}{path} HTTP/1.1\r\n{self._fixed_headers}\r\n".encode()
+            )
+            await stream.wait_head(self._timeout)
+        except BaseException:
+            stream.close()
+            raise
+        return stream
 
     async def close(self) -> None:
         self._closing = True
@@ -303,3 +500,8 @@ class Http1Pool:
 def _expire(waiter: asyncio.Future[tuple[int, bytes]]) -> None:
     if not waiter.done():
         waiter.set_exception(TimeoutError("request timed out"))
+
+
+def _expire_stream(waiter: asyncio.Future[None], what: str, timeout: float) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError(f"{what} within {timeout:g} s"))

@@ -100,8 +100,18 @@ class Sync:
 
     async def _round(self, reason: str) -> None:
         started = time.monotonic()
-        nodes, nodes_rv = await self.client.list_all(NODES)
-        pods, pods_rv = await self.client.list_all(PODS)
+        # both LISTs at once: the API server serves one while this process decodes the
+        # other; the first failure is raised (run() retries the round), the other cancelled
+        lists = [
+            asyncio.ensure_future(self.client.list_all(NODES)),
+            asyncio.ensure_future(self.client.list_all(PODS)),
+        ]
+        try:
+            (nodes, nodes_rv), (pods, pods_rv) = await asyncio.gather(*lists)
+        finally:
+            for listing in lists:
+                listing.cancel()
+            await asyncio.gather(*lists, return_exceptions=True)  # none left running
         result = self.state.replace_all(nodes, pods)
         self.queue.replace(
             (pod_uid(p), p) for p in pods if wants_scheduling(p, self.scheduler_name)

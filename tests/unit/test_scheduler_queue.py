@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
 from decice_scheduler.binder import TokenBucket
 from decice_scheduler.builders import make_node, make_pod
+from decice_scheduler.client import ApiError
 from decice_scheduler.metrics import Metrics
 from decice_scheduler.queue import SchedulingQueue, wants_scheduling
 from decice_scheduler.state import ClusterState
@@ -120,5 +122,49 @@ def test_sync_handlers_feed_state_and_queue() -> None:
         assert "u-p" not in queue and state.requested("n1").cpu == 1000
         sync._on_pod("DELETED", bound)
         assert state.requested("n1").cpu == 0
+
+    run(go())
+
+
+class _Lists:
+    """A client whose node and pod LISTs take their time; one may fail."""
+
+    def __init__(self, fail: str | None = None) -> None:
+        self.fail = fail
+        self.running: set[str] = set()
+        self.overlapped = False
+        self.cancelled: list[str] = []
+
+    async def list_all(self, path: str) -> tuple[list[dict[str, Any]], str]:
+        what = "nodes" if path.endswith("/nodes") else "pods"
+        self.running.add(what)
+        try:
+            await asyncio.sleep(0.05 if what == "pods" else 0.3)
+            self.overlapped |= len(self.running) == 2
+            if what == self.fail:
+                raise ApiError("GET", path, 500, "boom")
+            if what == "nodes":
+                return [make_node("n1", cpu="2")], "11"
+            return [make_pod("p", uid="u-p", scheduler=OURS, requests={"cpu": "1"})], "12"
+        except asyncio.CancelledError:
+            self.cancelled.append(what)
+            raise
+        finally:
+            self.running.discard(what)
+
+    def watch(self, *args: Any, **kw: Any) -> Any:
+        raise AssertionError("no watch in this test")
+
+
+def test_a_round_lists_nodes_and_pods_at_once_and_a_failure_cancels_the_other() -> None:
+    async def go() -> None:
+        lists = _Lists(fail="pods")
+        state, queue = ClusterState(), SchedulingQueue()
+        sync = Sync(lists, state, queue, Metrics(), OURS)  # type: ignore[arg-type]
+        with pytest.raises(ApiError, match="boom"):
+            await sync._round("start")
+        assert lists.overlapped, "the pod LIST ran while the node LIST did"
+        assert lists.cancelled == ["nodes"], "the node LIST is not left running"
+        assert not sync.ready.is_set() and state.node_count() == 0
 
     run(go())
