@@ -13,7 +13,9 @@ echo "== mypy"
 mypy
 echo "== pytest"
 set +e
-python -m pytest -p no:cacheprovider --durations=40 "$@"
+# two workers: the tests that use the labs or this machine on one, in order (the "host"
+# group, tests/conftest.py), everything else spread over both
+python -m pytest -p no:cacheprovider --durations=40 -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@"
 rc=$?
 set -e
 if [ "$rc" = 5 ]; then

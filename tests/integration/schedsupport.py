@@ -274,7 +274,8 @@ class BlackholeProxy:
                 with self._lock:
                     if sock is self.listener:
                         self._accept()
-                    elif sock not in self._dead:
+                    elif sock in self._pairs and sock not in self._dead:
+                        # (not in _pairs: closed with its peer earlier in this batch)
                         self._forward(sock)
 
     def _accept(self) -> None:
