@@ -202,6 +202,18 @@ def sim_spec(name: str, *groups: tuple[str, int, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# A per-namespace sysctl that neither decice's defaults nor podman (whose networks turn
+# net.ipv4.ip_forward on when a lab starts, possibly while a local test runs) touch: the
+# local tests set it to the value it has, so prepare changes nothing even when it runs.
+HARMLESS_SYSCTL = "net.ipv4.tcp_fin_timeout"
+
+
+def harmless_sysctl() -> tuple[str, str]:
+    """(name, current value) of HARMLESS_SYSCTL on this machine."""
+    path = Path("/proc/sys") / HARMLESS_SYSCTL.replace(".", "/")
+    return HARMLESS_SYSCTL, path.read_text().strip()
+
+
 def local_spec(name: str, *extra_vars: str) -> str:
     """A static-target spec's text: this machine its one host (control plane and etcd,
     connection local); each of ``extra_vars`` is one more ``key: value`` line of its vars."""

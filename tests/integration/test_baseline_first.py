@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import local_spec, run_decice
+from tests.support import harmless_sysctl, local_spec, run_decice
 
 pytestmark = pytest.mark.local
 
@@ -25,7 +25,7 @@ SPEC = local_spec(
     "prepare_kernel_wide: false",
     "prepare_swap_off: false",
     "prepare_modules: []",
-    'prepare_sysctls: {{"net.ipv4.ip_forward": "{forward}"}}',
+    'prepare_sysctls: {{"{sysctl}": "{value}"}}',
     "prepare_sysctl_file: {work}/90-decice.conf",
     "prepare_modules_file: {work}/decice.conf",
     "baseline_paths: [{work}/tracked]",
@@ -35,8 +35,8 @@ FIX = "fix: run `decice up --only baseline` first (or `decice up` without --skip
 
 @pytest.fixture
 def work(tmp_path: Path) -> Path:
-    forward = Path("/proc/sys/net/ipv4/ip_forward").read_text().strip()
-    (tmp_path / "decice.yaml").write_text(SPEC.format(forward=forward, work=tmp_path))
+    sysctl, value = harmless_sysctl()
+    (tmp_path / "decice.yaml").write_text(SPEC.format(sysctl=sysctl, value=value, work=tmp_path))
     return tmp_path
 
 

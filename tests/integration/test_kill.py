@@ -43,7 +43,15 @@ import pytest
 from decice import records
 from tests.integration.simsupport import require_sim
 from tests.procwatch import ProcWatch
-from tests.support import DECICE, REPO, local_spec, require, run_decice, wait_for
+from tests.support import (
+    DECICE,
+    REPO,
+    harmless_sysctl,
+    local_spec,
+    require,
+    run_decice,
+    wait_for,
+)
 
 pytestmark = pytest.mark.cleanslate
 
@@ -66,7 +74,7 @@ LOCAL_SPEC = local_spec(
     "prepare_kernel_wide: false",
     "prepare_swap_off: false",
     "prepare_modules: []",
-    'prepare_sysctls: {{"net.ipv4.ip_forward": "{forward}"}}',
+    'prepare_sysctls: {{"{sysctl}": "{value}"}}',
     "prepare_sysctl_file: {work}/90-decice.conf",
     "prepare_modules_file: {work}/decice.conf",
     "baseline_paths: [{work}/tracked]",
@@ -280,13 +288,12 @@ def _run(work: Path, *args: str, expect: int = 0) -> dict[str, Any]:
 # ------------------------------------------------------------------ the tests
 
 
-@pytest.mark.local
 def _phase_seconds(work: Path, up: list[str]) -> dict[str, float]:
     """Each phase's seconds in an uninterrupted ``up`` of the local spec in ``work`` (its
     own state), which is then reset."""
     work.mkdir()
-    forward = Path("/proc/sys/net/ipv4/ip_forward").read_text().strip()
-    (work / "decice.yaml").write_text(LOCAL_SPEC.format(forward=forward, work=work))
+    sysctl, value = harmless_sysctl()
+    (work / "decice.yaml").write_text(LOCAL_SPEC.format(sysctl=sysctl, value=value, work=work))
     try:
         record = _run(work, *up)
         assert record["status"] == "ok", record["failures"]
@@ -298,11 +305,13 @@ def _phase_seconds(work: Path, up: list[str]) -> dict[str, float]:
     return lengths
 
 
+@pytest.mark.local
 def test_up_killed_in_each_host_phase_recovers(tmp_path: Path, seed: int) -> None:
     """preflight, baseline, prepare on this machine: kill, check, the next run recovers."""
     rng = random.Random(seed)
-    forward = Path("/proc/sys/net/ipv4/ip_forward").read_text().strip()
-    (tmp_path / "decice.yaml").write_text(LOCAL_SPEC.format(forward=forward, work=tmp_path))
+    sysctl, value = harmless_sysctl()
+    spec = LOCAL_SPEC.format(sysctl=sysctl, value=value, work=tmp_path)
+    (tmp_path / "decice.yaml").write_text(spec)
     up = ["up", "--only", LOCAL_PHASES]
     baseline = tmp_path / ".decice" / "baseline" / "localhost.json"
 
@@ -334,7 +343,7 @@ def test_up_killed_in_each_host_phase_recovers(tmp_path: Path, seed: int) -> Non
     # the end state of an uninterrupted run: baseline, prepare's record and its files
     assert baseline.read_bytes() == taken, "a later up rewrote the baseline"
     assert (tmp_path / ".decice" / "prepare" / "localhost.json").is_file()
-    assert f"net.ipv4.ip_forward = {forward}" in (tmp_path / "90-decice.conf").read_text()
+    assert f"{sysctl} = {value}" in (tmp_path / "90-decice.conf").read_text()
     assert records.current_holder(tmp_path / ".decice") is None
 
 

@@ -24,7 +24,7 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from tests.support import load_file, require
+from tests.support import harmless_sysctl, load_file, require
 
 pytestmark = pytest.mark.lint
 
@@ -38,8 +38,10 @@ PHASES = {
     "reset": ["kubernetes", "restore", "verify"],
     "verify": ["cluster", "verify"],
 }
-# Sections that other work on a shared test machine (podman, apt, services) does not move.
-STABLE_SECTIONS = ["hostname", "swap", "fstab", "sysctls", "paths"]
+# Sections that other work on a shared test machine does not move: apt, services, and the
+# labs the other test worker starts meanwhile (podman turns ip_forward on, a lab node's
+# prepare loads br_netfilter: sysctls) do.
+STABLE_SECTIONS = ["hostname", "swap", "fstab", "paths"]
 
 
 def _tool(name: str) -> str:
@@ -553,7 +555,7 @@ def _harmless_prepare(tmp_path: Path, state: Path) -> Path:
     """Settings under which prepare changes nothing of this machine, even if it runs: one
     per-namespace sysctl set to the value it has, its files in tmp_path, no modules, no swap,
     no kernel-wide change, no packages."""
-    current = Path("/proc/sys/net/ipv4/ip_forward").read_text().strip()
+    sysctl, current = harmless_sysctl()
     path = tmp_path / "settings.json"
     path.write_text(
         json.dumps(
@@ -563,7 +565,7 @@ def _harmless_prepare(tmp_path: Path, state: Path) -> Path:
                 "prepare_swap_off": False,
                 "prepare_modules": [],
                 "prepare_packages": [],
-                "prepare_sysctls": {"net.ipv4.ip_forward": current},
+                "prepare_sysctls": {sysctl: current},
                 "prepare_sysctl_file": str(tmp_path / "90-decice.conf"),
                 "prepare_modules_file": str(tmp_path / "decice.conf"),
             }
