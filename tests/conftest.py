@@ -37,14 +37,16 @@ def groups_of(items: list[pytest.Item]) -> dict[str, str]:
     """The xdist group of each item (by nodeid): its lab's group, else its module's path.
 
     An integration module with one lab test is in that lab's group as a whole (its
-    module fixtures, a control plane say, would otherwise be set up on both workers);
-    a unit module is split by test.
+    module fixtures, a control plane say, would otherwise be set up on both workers;
+    "slurm" if it has tests of both); a unit module is split by test.
     """
     module_lab: dict[str, str] = {}
     for item in items:
         module = item.nodeid.split("::", 1)[0]
-        if "/integration/" in module and (lab := lab_of(item)) is not None:
-            module_lab.setdefault(module, lab)
+        lab = lab_of(item) if "/integration/" in module else None
+        # a module with tests of both labs goes with the SLURM lab (its fixture)
+        if lab is not None and module_lab.get(module) != "slurm":
+            module_lab[module] = lab
     groups = {}
     for item in items:
         module = item.nodeid.split("::", 1)[0]

@@ -1,0 +1,99 @@
+"""How the suite is split between xdist workers (tests/conftest.py): one group per lab."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+import pytest
+
+from tests.conftest import groups_of
+from tests.support import REPO
+
+pytestmark = pytest.mark.unit
+
+
+@dataclass
+class FakeItem:
+    nodeid: str
+    fixturenames: list[str] = field(default_factory=list)
+    marks: list[str] = field(default_factory=list)
+
+    def iter_markers(self) -> list[pytest.Mark]:
+        return [getattr(pytest.mark, name).mark for name in self.marks]
+
+
+def test_lab_tests_group_by_lab_and_take_their_whole_integration_module() -> None:
+    items = [
+        FakeItem("tests/integration/test_a.py::test_sim_only", ["sim_binaries"]),
+        FakeItem("tests/integration/test_a.py::test_on_slurm", ["slurm_cluster"]),
+        FakeItem("tests/integration/test_b.py::test_nodes", ["lab_nodes"]),
+        FakeItem("tests/integration/test_c.py::test_molecule", marks=["molecule"]),
+        FakeItem("tests/integration/test_g.py::test_own_lab", marks=["lab"]),
+        FakeItem("tests/integration/test_g.py::test_slurm", ["slurm_cluster", "lab_state_root"]),
+        FakeItem("tests/integration/test_d.py::test_sim", ["sim_control_plane"]),
+        FakeItem("tests/integration/test_d.py::test_sim2", ["sim_control_plane"]),
+        FakeItem("tests/unit/test_e.py::test_plain"),
+        FakeItem("tests/unit/test_e.py::test_local", marks=["local"]),
+        FakeItem("tests/unit/test_f.py::test_needs_slurm", marks=["slurm"]),
+        FakeItem("tests/unit/test_f.py::test_other"),
+    ]
+    groups = groups_of(items)  # type: ignore[arg-type]
+    assert groups == {
+        # the module's control plane is set up once: the whole module goes with its lab
+        "tests/integration/test_a.py::test_sim_only": "slurm",
+        "tests/integration/test_a.py::test_on_slurm": "slurm",
+        "tests/integration/test_b.py::test_nodes": "lab",
+        "tests/integration/test_c.py::test_molecule": "lab",
+        # tests of both labs: the module goes with the SLURM lab's fixture
+        "tests/integration/test_g.py::test_own_lab": "slurm",
+        "tests/integration/test_g.py::test_slurm": "slurm",
+        "tests/integration/test_d.py::test_sim": "tests/integration/test_d.py",
+        "tests/integration/test_d.py::test_sim2": "tests/integration/test_d.py",
+        # local tests keep to what no lab moves: free to run beside the labs
+        "tests/unit/test_e.py::test_plain": "tests/unit/test_e.py",
+        "tests/unit/test_e.py::test_local": "tests/unit/test_e.py",
+        # a unit module is split by test
+        "tests/unit/test_f.py::test_needs_slurm": "slurm",
+        "tests/unit/test_f.py::test_other": "tests/unit/test_f.py",
+    }
+
+
+def test_every_test_of_the_real_suite_using_a_lab_is_in_its_group() -> None:
+    """Collected for real (the session fixtures' names as the tests use them)."""
+    script = (
+        "import sys, pytest\n"
+        "from tests.conftest import groups_of\n"
+        "class P:\n"
+        "    def pytest_collection_finish(self, session):\n"
+        "        g = groups_of(session.items)\n"
+        "        for item in session.items:\n"
+        "            names = set(item.fixturenames)\n"
+        "            print('ROW', item.nodeid, g[item.nodeid],"
+        " int('slurm_cluster' in names), int('lab_nodes' in names))\n"
+        "sys.exit(pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider',"
+        " 'tests/integration'], plugins=[P()]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("ROW ")]
+    assert len(rows) > 100, done.stdout[-3000:]
+    slurm = {nodeid for nodeid, group, uses_slurm, _ in rows if uses_slurm == "1"}
+    nodes = {nodeid for nodeid, group, _, uses_nodes in rows if uses_nodes == "1"}
+    assert slurm and nodes
+    by_id = {nodeid: group for nodeid, group, _, _ in rows}
+    assert {by_id[n] for n in slurm} == {"slurm"}
+    assert {by_id[n] for n in nodes} == {"lab"}, sorted(n for n in nodes if by_id[n] != "lab")
+    # no module is split between a lab group and another
+    per_module: dict[str, set[str]] = {}
+    for nodeid, group in by_id.items():
+        per_module.setdefault(nodeid.split("::")[0], set()).add(group)
+    assert all(len(groups) == 1 for groups in per_module.values()), per_module
