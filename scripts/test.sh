@@ -15,7 +15,7 @@ echo "== pytest"
 set +e
 # two workers: the tests that use the labs or this machine on one, in order (the "host"
 # group, tests/conftest.py), everything else spread over both
-python -m pytest -p no:cacheprovider --durations=40 -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@"
+python -m pytest -p no:cacheprovider --durations=40 -n "${PYTEST_WORKERS:-2}" "$@"
 rc=$?
 set -e
 if [ "$rc" = 5 ]; then

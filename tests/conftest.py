@@ -1,4 +1,4 @@
-"""How the suite is split between pytest-xdist workers (``-n 2 --dist loadgroup``).
+"""How the suite is split between pytest-xdist workers (``-n 2``).
 
 The tests of each podman lab run in one group ("slurm": the SLURM lab; "lab": the plain
 nodes and molecule's podman scenario), so a worker stands up only the labs of the
@@ -8,12 +8,28 @@ ports, lab names carry the worker's pid. The ``local`` tests that run decice aga
 this machine keep to what a concurrent lab cannot move (tests/support.py
 harmless_sysctl).
 
-Without xdist (``-n 0`` or no ``-n``) the marks are inert and the order is pytest's.
+The groups are scheduled by :func:`make_scheduler` (xdist's scope scheduling, a group
+per scope), not by xdist's ``loadgroup``: that renames each item's node id, which
+pytest 9 no longer reads, so its groups fall apart into single tests. The workers write
+each item's group to a file the controller named; the scheduler reads it. Without
+workers (``-n 0``) nothing changes and the order is pytest's.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
 import pytest
+
+# the file a worker writes {nodeid: group} to, for the controller's scheduler
+GROUPS_FILE_ENV = "DECICE_TEST_GROUPS_FILE"
+_HAS_XDIST = importlib.util.find_spec("xdist") is not None
 
 # fixtures and markers of the tests that stand up or use each podman lab
 _LAB_FIXTURES = {
@@ -54,12 +70,56 @@ def groups_of(items: list[pytest.Item]) -> dict[str, str]:
     return groups
 
 
+def _distributed(config: pytest.Config) -> bool:
+    """Whether this is the controller of an xdist run with workers."""
+    workers = config.getoption("numprocesses", default=None) if _HAS_XDIST else None
+    return bool(workers) and not hasattr(config, "workerinput")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller names the file its workers write the groups to (they inherit it)."""
+    if _distributed(config):
+        groups_dir = tempfile.mkdtemp(prefix="decice-test-groups-")
+        os.environ[GROUPS_FILE_ENV] = str(Path(groups_dir) / "groups.json")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _distributed(config) and (path := os.environ.pop(GROUPS_FILE_ENV, None)):
+        shutil.rmtree(Path(path).parent, ignore_errors=True)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each item with its group; the lab groups first (they are the longest)."""
-    if not config.pluginmanager.hasplugin("xdist"):
+    """On a worker: write each item's group for the scheduler, the lab groups first in
+    the order (they are the longest). Elsewhere nothing changes."""
+    path = os.environ.get(GROUPS_FILE_ENV)
+    if not hasattr(config, "workerinput") or not path:
         return
     groups = groups_of(items)
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
     items.sort(key=lambda item: groups[item.nodeid] not in _LAB_FIXTURES)
+    # every worker collects the same items: the last rename wins with the same content
+    fd, tmp = tempfile.mkstemp(dir=Path(path).parent)
+    with os.fdopen(fd, "w") as out:
+        json.dump(groups, out)
+    Path(tmp).replace(path)
+
+
+def make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's scope scheduling over this suite's groups (whole groups to a worker)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LabGroupScheduling(LoadScopeScheduling):
+        _groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._groups is None:
+                self._groups = json.loads(Path(os.environ[GROUPS_FILE_ENV]).read_text())
+            return self._groups.get(nodeid) or nodeid.split("::", 1)[0]
+
+    return LabGroupScheduling(config, log)
+
+
+if _HAS_XDIST:
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+        return make_scheduler(config, log)

@@ -97,3 +97,34 @@ def test_every_test_of_the_real_suite_using_a_lab_is_in_its_group() -> None:
     for nodeid, group in by_id.items():
         per_module.setdefault(nodeid.split("::")[0], set()).add(group)
     assert all(len(groups) == 1 for groups in per_module.values()), per_module
+
+
+def test_two_workers_take_whole_groups() -> None:
+    """A real ``-n 2`` run of a few modules: each module's tests on one worker, both
+    workers used (xdist's own ``load`` spreads a module's tests over both)."""
+    modules = [
+        "tests/unit/test_suite_groups.py",
+        "tests/unit/test_spec.py",
+        "tests/unit/test_atomicfile.py",
+        "tests/unit/test_redact.py",
+    ]
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "-v"),
+            *("-k", "not real_suite and not two_workers", *modules),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    workers: dict[str, set[str]] = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("[gw") and " PASSED " in line:
+            worker, nodeid = line.split()[0], line.split(" PASSED ")[1].strip()
+            workers.setdefault(nodeid.split("::")[0], set()).add(worker)
+    assert set(workers) == set(modules), done.stdout[-3000:]
+    assert all(len(w) == 1 for w in workers.values()), workers
+    assert len(set().union(*workers.values())) == 2, workers
