@@ -116,6 +116,10 @@ def make_scheduler(config: pytest.Config, log: Any) -> Any:
                 self._groups = json.loads(Path(os.environ[GROUPS_FILE_ENV]).read_text())
             return self._groups.get(nodeid) or nodeid.split("::", 1)[0]
 
+    # hand out groups in the collection's order (labs, then integration modules, then unit
+    # modules), not by their number of tests: a few long lifecycle tests (test_addons,
+    # test_edge_addons) would otherwise start after every many-case unit module
+    config.option.loadscopereorder = False
     return LabGroupScheduling(config, log)
 
 
