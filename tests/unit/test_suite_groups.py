@@ -24,6 +24,15 @@ class FakeItem:
         return [getattr(pytest.mark, name).mark for name in self.marks]
 
 
+def _python(*args: str) -> subprocess.CompletedProcess[str]:
+    """This Python in the repository with ``args``; it must exit 0."""
+    done = subprocess.run(
+        [sys.executable, *args], cwd=REPO, capture_output=True, text=True, check=False, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
 def test_lab_tests_group_by_lab_and_take_their_whole_integration_module() -> None:
     items = [
         FakeItem("tests/integration/test_a.py::test_sim_only", ["sim_binaries"]),
@@ -75,15 +84,7 @@ def test_every_test_of_the_real_suite_using_a_lab_is_in_its_group() -> None:
         "sys.exit(pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider',"
         " 'tests/integration'], plugins=[P()]))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = _python("-c", script)
     rows = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("ROW ")]
     assert len(rows) > 100, done.stdout[-3000:]
     slurm = {nodeid for nodeid, group, uses_slurm, _ in rows if uses_slurm == "1"}
@@ -108,18 +109,10 @@ def test_two_workers_take_whole_groups() -> None:
         "tests/unit/test_atomicfile.py",
         "tests/unit/test_redact.py",
     ]
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "-v"),
-            *("-k", "not real_suite and not two_workers", *modules),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
+    done = _python(
+        *("-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "-v"),
+        *("-k", "not real_suite and not two_workers", *modules),
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     workers: dict[str, set[str]] = {}
     for line in done.stdout.splitlines():
         if line.startswith("[gw") and " PASSED " in line:
