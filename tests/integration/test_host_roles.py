@@ -2,9 +2,10 @@
 
 Lab nodes are privileged containers sharing this machine's kernel: `vm.*`/`kernel.*`
 sysctls and swap are the machine's own. The prepare test changes one harmless
-kernel-wide sysctl (vm.max_map_count, +1) to prove that restore puts kernel-wide
-values back, and asserts - and, if a step failed, repairs - that the machine's
-values are the same at the end as at the start.
+kernel-wide sysctl (KERNEL_PROBE, +1) to prove that restore puts kernel-wide values
+back, and asserts - and, if a step failed, repairs - that the machine's values are the
+same at the end as at the start. The probe is in no baseline: the other pytest worker's
+lab tests record and verify baselines over the same kernel meanwhile.
 """
 
 from __future__ import annotations
@@ -17,16 +18,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from decice import lab
 from tests.integration.labsupport import ssh
-from tests.support import run_playbook
+from tests.support import REPO, run_playbook
 
 pytestmark = pytest.mark.cleanslate
 
+# A kernel-wide sysctl that no baseline records (baseline_sysctls) and no other test
+# watches; raising it by one only lets the kernel take one more AIO request.
+KERNEL_PROBE = "fs.aio-max-nr"
 # Kernel-wide values the prepare role could touch (its defaults + the one the test changes).
 VM_SYSCTLS = (
-    "vm.max_map_count",
+    KERNEL_PROBE,
     "vm.overcommit_memory",
     "vm.panic_on_oom",
     "kernel.panic",
@@ -34,6 +39,7 @@ VM_SYSCTLS = (
     "kernel.keys.root_maxbytes",
     "kernel.keys.root_maxkeys",
 )
+ROLES = REPO / "ansible_collections" / "decice" / "hybrid" / "roles"
 SWAP_LINE = "/decice-test.swap none swap sw 0 0"
 
 
@@ -119,12 +125,14 @@ def test_prepare_is_idempotent_and_restore_returns_to_baseline(
 ) -> None:
     state = tmp_path / "state"
     records = state / "prepare"
-    max_map = str(int(machine_unchanged["vm.max_map_count"]) + 1)
+    baseline_defaults = yaml.safe_load((ROLES / "baseline" / "defaults" / "main.yml").read_text())
+    assert KERNEL_PROBE not in baseline_defaults["baseline_sysctls"]
+    probe = str(int(machine_unchanged[KERNEL_PROBE]) + 1)
     settings = json.dumps(
         {
             "prepare_packages": ["jq"],
             # one harmless kernel-wide value, to prove restore puts kernel-wide values back
-            "prepare_kernel_sysctls": {"vm.max_map_count": max_map},
+            "prepare_kernel_sysctls": {KERNEL_PROBE: probe},
         }
     )
     # a host with something to undo: a swap entry in fstab and IP forwarding off
@@ -138,7 +146,7 @@ def test_prepare_is_idempotent_and_restore_returns_to_baseline(
         record = json.loads((records / "node1.json").read_text())
         assert stat.S_IMODE((records / "node1.json").stat().st_mode) == 0o600
         assert record["sysctls"]["net.ipv4.ip_forward"] == "0"
-        assert record["sysctls"]["vm.max_map_count"] == machine_unchanged["vm.max_map_count"]
+        assert record["sysctls"][KERNEL_PROBE] == machine_unchanged[KERNEL_PROBE]
         assert record["fstab_commented"] == [SWAP_LINE]
         assert {"jq", "libjq1"} <= set(record["packages_installed"])
         assert record["files_created"] == [
@@ -149,7 +157,7 @@ def test_prepare_is_idempotent_and_restore_returns_to_baseline(
         assert f"#decice-swap# {SWAP_LINE}" in ssh(lab_nodes, "node1", "cat /etc/fstab")
         assert "br_netfilter" in ssh(lab_nodes, "node2", "cat /etc/modules-load.d/decice.conf")
         assert ssh(lab_nodes, "node2", "command -v jq") == "/usr/bin/jq"
-        assert machine_state()["vm.max_map_count"] == max_map  # kernel-wide: really applied
+        assert machine_state()[KERNEL_PROBE] == probe  # kernel-wide: really applied
         node2_record = (records / "node2.json").read_text()
         assert json.loads(node2_record)["sysctls"]["net.ipv4.ip_forward"] == "1"
 
@@ -160,6 +168,7 @@ def test_prepare_is_idempotent_and_restore_returns_to_baseline(
 
         undone = ok(playbook(lab_nodes, "reset", state, "--tags", "restore"))
         assert "restore: node1 undone from" in undone
+        assert machine_state()[KERNEL_PROBE] == machine_unchanged[KERNEL_PROBE]
         assert not list(records.glob("*.json"))
         again = ok(playbook(lab_nodes, "reset", state, "--tags", "restore"))
         assert "restore: nothing to do for node1: no prepare record" in again

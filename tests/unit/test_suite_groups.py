@@ -1,4 +1,4 @@
-"""How the suite is split between xdist workers (tests/conftest.py): one group per lab."""
+"""How the suite is split between xdist workers (tests/suite_groups.py): one group per lab."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests.conftest import groups_of
+from tests.suite_groups import groups_of
 from tests.support import REPO
 
 pytestmark = pytest.mark.unit
@@ -73,7 +73,7 @@ def test_every_test_of_the_real_suite_using_a_lab_is_in_its_group() -> None:
     """Collected for real (the session fixtures' names as the tests use them)."""
     script = (
         "import sys, pytest\n"
-        "from tests.conftest import groups_of\n"
+        "from tests.suite_groups import groups_of\n"
         "class P:\n"
         "    def pytest_collection_finish(self, session):\n"
         "        g = groups_of(session.items)\n"
