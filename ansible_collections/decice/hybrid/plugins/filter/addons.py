@@ -9,8 +9,9 @@ from typing import Any
 def addon_webhooks(results: Iterable[Mapping[str, Any]], namespace: str) -> list[dict[str, str]]:
     """Webhook configurations with a webhook that calls a service in ``namespace``.
 
-    ``results``: the ``results`` of a looped ``kubernetes.core.k8s_info`` over the two
-    webhook configuration kinds (``item`` is the kind). Returns ``[{kind, name}]``.
+    ``results``: one ``{item, resources}`` per webhook configuration kind (``item`` is the
+    kind): what the engine's find_webhooks.yml sets, the same shape as the ``results`` of a
+    looped ``kubernetes.core.k8s_info``. Returns ``[{kind, name}]``.
     """
     found: list[dict[str, str]] = []
     for result in results:
