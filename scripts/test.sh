@@ -6,18 +6,21 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 export PATH="$PWD/$VENV/bin:$PATH"
 
+started=$SECONDS
 echo "== ruff"
 ruff check cli scheduler tests bench molecule
 ruff format --check cli scheduler tests bench molecule
 echo "== mypy"
 mypy
-echo "== pytest"
+echo "== pytest (static checks took $((SECONDS - started)) s)"
 set +e
-# two workers: the tests that use the labs or this machine on one, in order (the "host"
-# group, tests/conftest.py), everything else spread over both
-python -m pytest -p no:cacheprovider --durations=40 -n "${PYTEST_WORKERS:-2}" "$@"
+# two workers: the tests of each lab in one group on one worker (tests/suite_groups.py),
+# everything else spread over both; the run ends with the slowest tests and the time of
+# each area (tests/costreport.py)
+python -m pytest -p no:cacheprovider -n "${PYTEST_WORKERS:-2}" "$@"
 rc=$?
 set -e
+echo "test.sh: pytest exited $rc after $((SECONDS - started)) s in all"
 if [ "$rc" = 5 ]; then
   echo "test.sh: pytest collected no tests: failing" >&2
   exit 1

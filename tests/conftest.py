@@ -1,4 +1,5 @@
-"""The suite's xdist hooks: whole groups to a worker (tests/suite_groups.py)."""
+"""The suite's hooks: whole groups to an xdist worker (tests/suite_groups.py), and the
+cost report at the end of a run (tests/costreport.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.costreport import CostPlugin
 from tests.suite_groups import GROUPS_FILE_ENV, make_scheduler, write_groups
 
 _HAS_XDIST = importlib.util.find_spec("xdist") is not None
@@ -23,7 +25,10 @@ def _distributed(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The controller names the file its workers write the groups to (they inherit it)."""
+    """The controller names the file its workers write the groups to (they inherit it);
+    the cost report runs where the reports end up (the controller, or the only process)."""
+    if not hasattr(config, "workerinput"):
+        config.pluginmanager.register(CostPlugin(), "decice-cost-report")
     if _distributed(config):
         groups_dir = tempfile.mkdtemp(prefix="decice-test-groups-")
         os.environ[GROUPS_FILE_ENV] = str(Path(groups_dir) / "groups.json")
