@@ -14,6 +14,12 @@ per scope), not by xdist's ``loadgroup``: that renames each item's node id, whic
 pytest 9 no longer reads, so its groups fall apart into single tests. The workers write
 each item's group to a file the controller named; the scheduler reads it. Without
 workers (``-n 0``) nothing changes and the order is pytest's.
+
+The groups are handed out longest first (a worker that finishes one takes the next), by
+the test times a whole run recorded in tests/durations.json (``DECICE_TEST_TIMES`` of
+tests/costreport.py; tests/README.md says how to refresh it). A test that file does not
+know counts :data:`UNKNOWN_SECONDS`; an out-of-date file only makes the order worse, never
+a test wrong.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +42,26 @@ _LAB_FIXTURES = {
     "slurm": frozenset({"slurm_cluster"}),
     "lab": frozenset({"lab_nodes", "lab_state_root"}),
 }
-_LAB_MARKERS = {"slurm": frozenset({"slurm"}), "lab": frozenset({"lab", "molecule"})}
+_LAB_MARKERS = {"slurm": frozenset({"slurm"}), "lab": frozenset({"lab"})}
 LAB_GROUPS = frozenset(_LAB_FIXTURES)
+# a test that stands up a lab of its own and uses neither session lab (the real Kubespray
+# run, 3 nodes of its own): marked so, its module is a group of its own, free to run beside
+# the labs' groups instead of adding to one of them
+OWN_LAB_MARKER = "own_lab"
+
+# the test times of a whole run (tests/costreport.py's JSON), for the order of the groups
+DURATIONS = Path(__file__).with_name("durations.json")
+# what a test the durations file does not know is taken to cost: integration tests stand
+# up real pieces, unit tests seldom take a second
+UNKNOWN_SECONDS = {"integration": 20.0, "unit": 0.5}
 
 
 def lab_of(item: pytest.Item) -> str | None:
-    """The lab an item uses ("slurm" or "lab"), or None."""
+    """The session lab an item uses ("slurm" or "lab"), or None."""
     fixtures = set(getattr(item, "fixturenames", ()))
     markers = {mark.name for mark in item.iter_markers()}
+    if OWN_LAB_MARKER in markers and not fixtures & set().union(*_LAB_FIXTURES.values()):
+        return None
     for lab, names in _LAB_FIXTURES.items():
         if fixtures & names or markers & _LAB_MARKERS[lab]:
             return lab
@@ -69,11 +89,44 @@ def groups_of(items: list[pytest.Item]) -> dict[str, str]:
     return groups
 
 
+def recorded_seconds(path: Path = DURATIONS) -> dict[str, float]:
+    """Each test's seconds in a whole run, from ``path`` (nothing when it is missing or not
+    the report's JSON: the order then falls back to :data:`UNKNOWN_SECONDS`)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    tests = data.get("tests") if isinstance(data, dict) else None
+    if not isinstance(tests, dict):
+        return {}
+    out: dict[str, float] = {}
+    for nodeid, entry in tests.items():
+        seconds = entry.get("seconds") if isinstance(entry, dict) else None
+        if isinstance(seconds, int | float) and not isinstance(seconds, bool):
+            out[str(nodeid)] = float(seconds)
+    return out
+
+
+def _unknown(nodeid: str) -> float:
+    kind = "integration" if "/integration/" in nodeid else "unit"
+    return UNKNOWN_SECONDS[kind]
+
+
+def group_ranks(groups: Mapping[str, str], seconds: Mapping[str, float]) -> dict[str, int]:
+    """Each group's place in the queue: the longest (by ``seconds`` of its tests) first,
+    ties by name."""
+    totals: dict[str, float] = defaultdict(float)
+    for nodeid, group in groups.items():
+        totals[group] += seconds.get(nodeid, _unknown(nodeid))
+    return {group: rank for rank, group in enumerate(sorted(totals, key=lambda g: (-totals[g], g)))}
+
+
 def write_groups(items: list[pytest.Item], path: str) -> None:
-    """Write each item's group to ``path`` for the scheduler, and put the lab groups first
-    in the order (they are the longest)."""
+    """Write each item's group to ``path`` for the scheduler, and order the items by their
+    group's place in the queue (the longest groups first, :func:`group_ranks`)."""
     groups = groups_of(items)
-    items.sort(key=lambda item: groups[item.nodeid] not in LAB_GROUPS)
+    ranks = group_ranks(groups, recorded_seconds())
+    items.sort(key=lambda item: ranks[groups[item.nodeid]])
     # every worker collects the same items: the last rename wins with the same content
     fd, tmp = tempfile.mkstemp(dir=Path(path).parent)
     with os.fdopen(fd, "w") as out:
@@ -93,8 +146,8 @@ def make_scheduler(config: pytest.Config, log: Any) -> Any:
                 self._groups = json.loads(Path(os.environ[GROUPS_FILE_ENV]).read_text())
             return self._groups.get(nodeid) or nodeid.split("::", 1)[0]
 
-    # hand out groups in the collection's order (labs, then integration modules, then unit
-    # modules), not by their number of tests: a few long lifecycle tests (test_addons,
-    # test_edge_addons) would otherwise start after every many-case unit module
+    # hand out groups in the collection's order (write_groups put the longest first), not
+    # by their number of tests: a few long lifecycle tests (test_addons, test_edge_addons)
+    # would otherwise start after every many-case unit module
     config.option.loadscopereorder = False
     return LabGroupScheduling(config, log)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests.suite_groups import groups_of
+from tests.suite_groups import group_ranks, groups_of, recorded_seconds, write_groups
 from tests.support import REPO
 
 pytestmark = pytest.mark.unit
@@ -38,8 +38,11 @@ def test_lab_tests_group_by_lab_and_take_their_whole_integration_module() -> Non
         FakeItem("tests/integration/test_a.py::test_sim_only", ["sim_binaries"]),
         FakeItem("tests/integration/test_a.py::test_on_slurm", ["slurm_cluster"]),
         FakeItem("tests/integration/test_b.py::test_nodes", ["lab_nodes"]),
-        FakeItem("tests/integration/test_c.py::test_molecule", marks=["molecule"]),
+        FakeItem("tests/integration/test_c.py::test_molecule", marks=["molecule", "lab"]),
         FakeItem("tests/integration/test_g.py::test_own_lab", marks=["lab"]),
+        FakeItem("tests/integration/test_k.py::test_kubespray", marks=["lab", "own_lab"]),
+        FakeItem("tests/integration/test_k.py::test_k2", marks=["lab", "own_lab"]),
+        FakeItem("tests/integration/test_m.py::test_molecule_sim", marks=["molecule"]),
         FakeItem("tests/integration/test_g.py::test_slurm", ["slurm_cluster", "lab_state_root"]),
         FakeItem("tests/integration/test_d.py::test_sim", ["sim_control_plane"]),
         FakeItem("tests/integration/test_d.py::test_sim2", ["sim_control_plane"]),
@@ -58,6 +61,11 @@ def test_lab_tests_group_by_lab_and_take_their_whole_integration_module() -> Non
         # tests of both labs: the module goes with the SLURM lab's fixture
         "tests/integration/test_g.py::test_own_lab": "slurm",
         "tests/integration/test_g.py::test_slurm": "slurm",
+        # a lab of its own: a group of its own, beside the session labs' groups
+        "tests/integration/test_k.py::test_kubespray": "tests/integration/test_k.py",
+        "tests/integration/test_k.py::test_k2": "tests/integration/test_k.py",
+        # molecule without containers is no lab test
+        "tests/integration/test_m.py::test_molecule_sim": "tests/integration/test_m.py",
         "tests/integration/test_d.py::test_sim": "tests/integration/test_d.py",
         "tests/integration/test_d.py::test_sim2": "tests/integration/test_d.py",
         # local tests keep to what no lab moves: free to run beside the labs
@@ -121,3 +129,68 @@ def test_two_workers_take_whole_groups() -> None:
     assert set(workers) == set(modules), done.stdout[-3000:]
     assert all(len(w) == 1 for w in workers.values()), workers
     assert len(set().union(*workers.values())) == 2, workers
+
+
+def test_groups_queue_longest_first_by_recorded_times(tmp_path) -> None:
+    groups = {
+        "tests/unit/test_u.py::a": "tests/unit/test_u.py",
+        "tests/unit/test_u.py::b": "tests/unit/test_u.py",
+        "tests/integration/test_i.py::x": "tests/integration/test_i.py",
+        "tests/integration/test_k.py::y": "tests/integration/test_k.py",
+        "tests/integration/test_s.py::s1": "slurm",
+        "tests/integration/test_s.py::s2": "slurm",
+    }
+    seconds = {"tests/integration/test_k.py::y": 900.0, "tests/integration/test_s.py::s1": 400.0}
+    ranks = group_ranks(groups, seconds)
+    # k 900; slurm 400 + 20 (s2 unknown, integration); i 20 (unknown); u 2 x 0.5
+    assert sorted(ranks, key=ranks.__getitem__) == [
+        "tests/integration/test_k.py",
+        "slurm",
+        "tests/integration/test_i.py",
+        "tests/unit/test_u.py",
+    ]
+    # with no recorded times the integration groups still go before the unit ones
+    bare = group_ranks(groups, {})
+    assert sorted(bare, key=bare.__getitem__)[-1] == "tests/unit/test_u.py"
+
+
+def test_recorded_times_are_read_from_the_report_json_and_bad_files_give_none(tmp_path) -> None:
+    good = tmp_path / "durations.json"
+    good.write_text(
+        '{"tests": {"a.py::t": {"seconds": 1.5, "area": "unit"}, "b.py::t": {"seconds": true},'
+        ' "c.py::t": {"seconds": "9"}, "d.py::t": 3}, "areas": {}}'
+    )
+    assert recorded_seconds(good) == {"a.py::t": 1.5}
+    for text in ("", "[1, 2]", '{"tests": [1]}', "{not json"):
+        good.write_text(text)
+        assert recorded_seconds(good) == {}
+    assert recorded_seconds(tmp_path / "missing.json") == {}
+
+
+def test_write_groups_orders_the_items_by_their_groups_queue_place(tmp_path, monkeypatch) -> None:
+    import json
+
+    import tests.suite_groups as suite_groups
+
+    durations = tmp_path / "durations.json"
+    durations.write_text(
+        json.dumps({"tests": {"tests/integration/test_b.py::slow": {"seconds": 500}}})
+    )
+    monkeypatch.setattr(suite_groups, "DURATIONS", durations)
+    items = [
+        FakeItem("tests/unit/test_a.py::fast"),
+        FakeItem("tests/integration/test_a.py::mid"),
+        FakeItem("tests/integration/test_b.py::slow"),
+        FakeItem("tests/integration/test_b.py::other"),
+    ]
+    out = tmp_path / "groups.json"
+    write_groups(items, str(out))  # type: ignore[arg-type]
+    assert [i.nodeid for i in items] == [
+        "tests/integration/test_b.py::slow",
+        "tests/integration/test_b.py::other",
+        "tests/integration/test_a.py::mid",
+        "tests/unit/test_a.py::fast",
+    ]
+    assert json.loads(out.read_text())["tests/integration/test_b.py::other"] == (
+        "tests/integration/test_b.py"
+    )
