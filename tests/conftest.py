@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.costreport import CostPlugin
+from tests.costreport import CostPlugin, CpuMeter
 from tests.suite_groups import GROUPS_FILE_ENV, make_scheduler, write_groups
 
 _HAS_XDIST = importlib.util.find_spec("xdist") is not None
@@ -26,7 +26,10 @@ def _distributed(config: pytest.Config) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     """The controller names the file its workers write the groups to (they inherit it);
-    the cost report runs where the reports end up (the controller, or the only process)."""
+    the cost report runs where the reports end up (the controller, or the only process),
+    the CPU meter where the tests run (each worker, or the only process)."""
+    if not _distributed(config):
+        config.pluginmanager.register(CpuMeter(), "decice-cpu-meter")
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(CostPlugin(), "decice-cost-report")
     if _distributed(config):
