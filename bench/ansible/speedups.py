@@ -45,7 +45,6 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import resource
 import shutil
 import signal
 import statistics
@@ -58,6 +57,9 @@ from pathlib import Path
 from typing import Any
 
 from decice import lab
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from labcpu import children_cpu, node_cpu
 
 VARIANTS = ("baseline", "free", "mitogen", "factcache")
 COMMANDS = ("up", "reset")
@@ -96,31 +98,6 @@ class VariantUnavailableError(Exception):
 
 def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _node_cpu(names: list[str]) -> float:
-    """CPU seconds the containers ``names`` have used so far (cgroup v1 or v2)."""
-    total = 0.0
-    for name in names:
-        path = subprocess.run(
-            ["podman", "inspect", "--format", "{{.State.CgroupPath}}", name],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        v1 = Path("/sys/fs/cgroup/cpuacct") / path.lstrip("/") / "cpuacct.usage"
-        if v1.is_file():
-            total += int(v1.read_text()) / 1e9
-            continue
-        stat = (Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.stat").read_text()
-        usage = dict(line.split() for line in stat.splitlines())
-        total += int(usage["usage_usec"]) / 1e6
-    return total
 
 
 def mitogen_strategy_dir() -> Path:
@@ -214,7 +191,7 @@ class Lab:
 
 def decice(work: Path, containers: list[str], env: dict[str, str], *args: str) -> dict[str, Any]:
     """Run ``decice ARGS --json`` in ``work``: wall clock, CPU, exit code, record, stderr."""
-    cpu0, node0, load0 = _children_cpu(), _node_cpu(containers), loadavg()
+    cpu0, node0, load0 = children_cpu(), node_cpu(containers), loadavg()
     t0 = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "decice", *args, "--json"],
@@ -242,8 +219,8 @@ def decice(work: Path, containers: list[str], env: dict[str, str], *args: str) -
     result: dict[str, Any] = {
         "rc": proc.returncode,
         "wall_s": round(wall, 2),
-        "controller_cpu_s": round(_children_cpu() - cpu0, 2),
-        "nodes_cpu_s": round(_node_cpu(containers) - node0, 2),
+        "controller_cpu_s": round(children_cpu() - cpu0, 2),
+        "nodes_cpu_s": round(node_cpu(containers) - node0, 2),
         "load_before_after": [load0, loadavg()],
         "status": record.get("status"),
         "phases_s": {p["name"]: p.get("seconds") for p in record.get("phases", [])},

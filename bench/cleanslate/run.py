@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -32,6 +31,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from decice import lab
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from labcpu import children_cpu, node_cpu
 
 PLANT = r"""
 set -e
@@ -49,34 +51,9 @@ groupadd -r kube-cert; useradd -r -M -s /usr/sbin/nologin -G kube-cert kube
 """
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _node_cpu(names: list[str]) -> float:
-    """CPU seconds the containers ``names`` have used so far (cgroup v1 or v2)."""
-    total = 0.0
-    for name in names:
-        path = subprocess.run(
-            ["podman", "inspect", "--format", "{{.State.CgroupPath}}", name],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        v1 = Path("/sys/fs/cgroup/cpuacct") / path.lstrip("/") / "cpuacct.usage"
-        if v1.is_file():
-            total += int(v1.read_text()) / 1e9
-            continue
-        stat = (Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.stat").read_text()
-        usage = dict(line.split() for line in stat.splitlines())
-        total += int(usage["usage_usec"]) / 1e6
-    return total
-
-
 def _decice(work: Path, nodes: list[str], *args: str) -> tuple[dict[str, float], int, str]:
     """Run ``decice ARGS``: wall clock, controller CPU and node CPU (s), exit code, stderr."""
-    cpu0, node0, t0 = _children_cpu(), _node_cpu(nodes), time.monotonic()
+    cpu0, node0, t0 = children_cpu(), node_cpu(nodes), time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "decice", *args, "--json"],
         cwd=work,
@@ -86,8 +63,8 @@ def _decice(work: Path, nodes: list[str], *args: str) -> tuple[dict[str, float],
     )
     spent = {
         "wall": round(time.monotonic() - t0, 2),
-        "controller_cpu": round(_children_cpu() - cpu0, 2),
-        "nodes_cpu": round(_node_cpu(nodes) - node0, 2),
+        "controller_cpu": round(children_cpu() - cpu0, 2),
+        "nodes_cpu": round(node_cpu(nodes) - node0, 2),
     }
     return spent, proc.returncode, proc.stderr[-2000:]
 
