@@ -20,7 +20,7 @@ import json
 import os
 import resource
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,34 +141,29 @@ class CpuMeter:
     properties, which the phase's report carries to the controller."""
 
     @staticmethod
-    def _note(item: pytest.Item, started: float) -> None:
-        kept = [p for p in item.user_properties if not (p and p[0] == CPU_PROPERTY)]
-        item.user_properties[:] = [*kept, (CPU_PROPERTY, round(process_cpu() - started, 3))]
+    def _measured(item: pytest.Item) -> Generator[None, Any, Any]:
+        """A phase's wrapper body: its CPU into the item's user properties, also when the
+        phase raised."""
+        started = process_cpu()
+        try:
+            return (yield)
+        finally:
+            kept = [p for p in item.user_properties if not (p and p[0] == CPU_PROPERTY)]
+            spent = round(process_cpu() - started, 3)
+            item.user_properties[:] = [*kept, (CPU_PROPERTY, spent)]
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Any:
-        started = process_cpu()
-        try:
-            return (yield)
-        finally:
-            self._note(item, started)
+        return (yield from self._measured(item))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Any:
-        started = process_cpu()
-        try:
-            return (yield)
-        finally:
-            self._note(item, started)
+        return (yield from self._measured(item))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
         del nextitem
-        started = process_cpu()
-        try:
-            return (yield)
-        finally:
-            self._note(item, started)
+        return (yield from self._measured(item))
 
 
 class CostPlugin:

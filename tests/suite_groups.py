@@ -43,7 +43,6 @@ _LAB_FIXTURES = {
     "lab": frozenset({"lab_nodes", "lab_state_root"}),
 }
 _LAB_MARKERS = {"slurm": frozenset({"slurm"}), "lab": frozenset({"lab"})}
-LAB_GROUPS = frozenset(_LAB_FIXTURES)
 # a test that stands up a lab of its own and uses neither session lab (the real Kubespray
 # run, 3 nodes of its own): marked so, its module is a group of its own, free to run beside
 # the labs' groups instead of adding to one of them
