@@ -1,13 +1,14 @@
 """How the suite is split between pytest-xdist workers (``-n 2``); tests/conftest.py
 wires it in.
 
-The tests of each podman lab run in one group ("slurm": the SLURM lab; "lab": the plain
-nodes and molecule's podman scenario), so a worker stands up only the labs of the
-groups it runs. Every other test goes in a group per module, so a module's fixtures
-are set up once; sim control planes and scheduler environments are per worker on free
-ports, lab names carry the worker's pid. Lab nodes share this machine's kernel: the
-tests of one lab group keep to per-node settings, or, where a test has to change a
-kernel-wide value, to one that no baseline and no other test reads (tests/support.py).
+The tests of each session stack run in one group ("slurm": the SLURM lab; "lab": the
+plain nodes and molecule's podman scenario; "sched": the scheduler tests' shared control
+plane), so a worker stands up only the stacks of the groups it runs. Every other test
+goes in a group per module, so a module's fixtures are set up once; sim control planes
+and scheduler environments are per worker on free ports, lab names carry the worker's
+pid. Lab nodes share this machine's kernel: the tests of one lab group keep to per-node
+settings, or, where a test has to change a kernel-wide value, to one that no baseline
+and no other test reads (tests/support.py).
 
 The groups are scheduled by :func:`make_scheduler` (xdist's scope scheduling, a group
 per scope), not by xdist's ``loadgroup``: that renames each item's node id, which
@@ -37,12 +38,15 @@ import pytest
 # the file a worker writes {nodeid: group} to, for the controller's scheduler
 GROUPS_FILE_ENV = "DECICE_TEST_GROUPS_FILE"
 
-# fixtures and markers of the tests that stand up or use each podman lab
+# fixtures and markers of the tests that stand up or use each session stack: the podman
+# labs, and the scheduler tests' shared control plane (a module of its own would start
+# one more on the other worker)
 _LAB_FIXTURES = {
     "slurm": frozenset({"slurm_cluster"}),
     "lab": frozenset({"lab_nodes", "lab_state_root"}),
+    "sched": frozenset({"sched_control_plane"}),
 }
-_LAB_MARKERS = {"slurm": frozenset({"slurm"}), "lab": frozenset({"lab"})}
+_LAB_MARKERS = {"slurm": frozenset({"slurm"}), "lab": frozenset({"lab"}), "sched": frozenset()}
 # a test that stands up a lab of its own and uses neither session lab (the real Kubespray
 # run, 3 nodes of its own): marked so, its module is a group of its own, free to run beside
 # the labs' groups instead of adding to one of them
@@ -56,7 +60,7 @@ UNKNOWN_SECONDS = {"integration": 20.0, "unit": 0.5}
 
 
 def lab_of(item: pytest.Item) -> str | None:
-    """The session lab an item uses ("slurm" or "lab"), or None."""
+    """The session stack an item uses ("slurm", "lab" or "sched"), or None."""
     fixtures = set(getattr(item, "fixturenames", ()))
     markers = {mark.name for mark in item.iter_markers()}
     if OWN_LAB_MARKER in markers and not fixtures & set().union(*_LAB_FIXTURES.values()):

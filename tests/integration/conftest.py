@@ -16,7 +16,7 @@ from kubernetes import client, config
 from decice import lab
 from decice.errors import DeciceError
 from decice.sim.binaries import BinarySet, resolve_binaries
-from decice.sim.controlplane import ControlPlaneInfo
+from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
 from tests.integration.labsupport import lab_name, require_lab_prerequisites
 from tests.integration.simsupport import require_sim, running_control_plane
 from tests.support import require
@@ -77,6 +77,26 @@ def sim_control_plane(
         tmp_path_factory.mktemp("sim-cp"), sim_binaries, node_lifecycle=False
     ) as info:
         yield info
+
+
+@pytest.fixture(scope="session")
+def sched_control_plane(
+    sim_binaries: BinarySet, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControlPlane]:
+    """The scheduler tests' control plane, one per worker (their modules are one xdist
+    group, tests/suite_groups.py): the stock kube-scheduler on (a second scheduler on the
+    same nodes), node-lifecycle off. A module uses it through
+    ``simsupport.running_env(..., shared=...)``: its own node groups, namespaces, agent
+    and decice-scheduler, and it must leave nothing behind."""
+    require("kube-scheduler" in sim_binaries, "kube-scheduler binary")
+    cp = ControlPlane(
+        tmp_path_factory.mktemp("sched-cp"), sim_binaries, scheduler=True, node_lifecycle=False
+    )
+    try:
+        cp.start()
+        yield cp
+    finally:
+        cp.stop()
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,8 @@ real processes (command lines from :mod:`decice.sim.nodes_service` and
 - :func:`start_agent` / :func:`stop_process`: the node agent for some node groups;
 - :class:`SchedulerProc`: one decice-scheduler process (restartable), its /metrics,
   /debug/state and POST /debug/audit;
-- :func:`running_env`: control plane (with the stock kube-scheduler), node agent and
-  decice-scheduler, torn down again;
+- :func:`running_env`: control plane (with the stock kube-scheduler; fresh, or the
+  session's shared one), node agent and decice-scheduler, torn down again;
 - :func:`api_objects`: the cluster's objects over discovery, for zero-leftover diffs.
 """
 
@@ -283,6 +283,47 @@ def running_control_plane(
         cp.stop()
 
 
+def _names(core: client.CoreV1Api) -> tuple[set[str], set[str]]:
+    """The cluster's namespaces and nodes, by name."""
+    return (
+        {ns.metadata.name for ns in core.list_namespace().items},
+        {node.metadata.name for node in core.list_node().items},
+    )
+
+
+@contextlib.contextmanager
+def leaves_nothing(
+    kubeconfig: Path, groups: Sequence[Mapping[str, Any]], namespaces: Sequence[str]
+) -> Iterator[None]:
+    """Give a shared control plane back as its user found it: at the end, the user's node
+    groups (``<name_prefix>-<i>``) and ``namespaces`` are deleted, and a pod still in one
+    of them (a test that did not clean up), or a namespace or node that was not there
+    before, fails it, named."""
+    core = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+    before = _names(core)
+    try:
+        yield
+    finally:
+        left = [
+            f"pod {ns}/{pod.metadata.name}"
+            for ns in namespaces
+            for pod in core.list_namespaced_pod(ns).items
+        ]
+        delete_group_nodes(kubeconfig, groups)
+        for ns in namespaces:
+            with contextlib.suppress(client.ApiException):
+                core.delete_namespace(ns)
+        wait_for(
+            f"namespaces {', '.join(namespaces)} deleted",
+            lambda: not set(namespaces) & _names(core)[0],
+            timeout=120,
+        )
+        namespaces_now, nodes_now = _names(core)
+        left += [f"namespace {ns}" for ns in sorted(namespaces_now - before[0])]
+        left += [f"node {node}" for node in sorted(nodes_now - before[1])]
+        assert not left, f"left behind on the shared control plane: {', '.join(left)}"
+
+
 @contextlib.contextmanager
 def running_env(
     binaries: BinarySet,
@@ -290,26 +331,38 @@ def running_env(
     groups: Sequence[Mapping[str, Any]],
     namespaces: Sequence[str],
     sched_extra: Sequence[str] = (),
+    shared: ControlPlane | None = None,
 ) -> Iterator[SchedEnv]:
-    """Control plane (with the stock kube-scheduler), node agent and decice-scheduler."""
+    """Control plane (with the stock kube-scheduler), node agent and decice-scheduler.
+
+    ``shared``: a running control plane of that kind (the session's
+    ``sched_control_plane``) to use instead of a fresh one. Its user runs its own agent
+    for ``groups`` and its own decice-scheduler, in ``namespaces`` of its own, and gives it
+    back as it found it (:func:`leaves_nothing`). A module whose tests freeze, cut or
+    restart the apiserver for longer than one quick restart takes a fresh one
+    (test_scheduler_churn.py, marked ``own_control_plane``)."""
     require("kube-scheduler" in binaries, "kube-scheduler binary")
-    cp = ControlPlane(workdir / "cp", binaries, scheduler=True, node_lifecycle=False)
-    info = cp.start()
-    agent = None
-    sched = None
-    try:
+    with contextlib.ExitStack() as stack:
+        if shared is None:
+            cp = ControlPlane(workdir / "cp", binaries, scheduler=True, node_lifecycle=False)
+            info: ControlPlaneInfo | None = cp.start()
+            stack.callback(cp.stop)
+        else:
+            cp, info = shared, shared.info()
+            assert info is not None, "the shared control plane is not running"
+            stack.enter_context(leaves_nothing(info.kubeconfig, groups, namespaces))
         api = config.new_client_from_config(config_file=str(info.kubeconfig))
         core = client.CoreV1Api(api)
         for ns in namespaces:
             create_namespace(core, ns)
         agent, _status = start_agent(info, workdir, groups)
+        stack.callback(_stop_quietly, agent)
         sched = SchedulerProc(info.kubeconfig, workdir, extra=tuple(sched_extra))
+        stack.callback(lambda: sched.running() and sched.stop())
         sched.start()
         yield SchedEnv(cp, info, core, api, workdir, sched, agent, tuple(namespaces))
-    finally:
-        if sched is not None and sched.running():
-            sched.stop()
-        if agent is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                stop_process(agent)
-        cp.stop()
+
+
+def _stop_quietly(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        stop_process(proc)

@@ -15,12 +15,14 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
 from decice.sim.binaries import BinarySet
+from decice.sim.controlplane import ControlPlane
 from decice_scheduler.resources import node_allocatable, pod_request
 from tests.integration.schedsupport import (
     bound_node,
@@ -56,8 +58,15 @@ GROUPS = [
 
 
 @pytest.fixture(scope="module")
-def env(sim_binaries: BinarySet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchedEnv]:
-    with running_env(sim_binaries, tmp_path_factory.mktemp("cases"), GROUPS, (NS, NS2)) as e:
+def env(
+    sim_binaries: BinarySet,
+    sched_control_plane: ControlPlane,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[SchedEnv]:
+    """The session's scheduler control plane with this module's node groups, namespaces,
+    node agent and decice-scheduler."""
+    work = tmp_path_factory.mktemp("cases")
+    with running_env(sim_binaries, work, GROUPS, (NS, NS2), shared=sched_control_plane) as e:
         yield e
 
 
@@ -435,3 +444,30 @@ def test_kill_9_with_binds_in_flight_then_restart(env: SchedEnv, core: client.Co
     finally:
         if slow.running():
             slow.stop()
+
+
+def test_a_module_leaving_things_on_the_shared_control_plane_fails(
+    sim_binaries: BinarySet, sched_control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """The shared control plane's guard (running_env's teardown): a user that leaves a pod
+    in its namespace or a namespace of its own making fails, naming both; its node group
+    and namespaces are removed all the same."""
+    with (
+        pytest.raises(AssertionError) as left,
+        running_env(
+            sim_binaries, tmp_path, [group("leak", 1)], ("leak",), shared=sched_control_plane
+        ) as leaky,
+    ):
+        create_pod(leaky.core, "leak", pod("stays", "leak", scheduler="nobody"))
+        extra = client.V1ObjectMeta(name="leak-extra")
+        leaky.core.create_namespace(client.V1Namespace(metadata=extra))
+    assert "pod leak/stays" in str(left.value) and "namespace leak-extra" in str(left.value)
+    core = leaky.core
+    assert "leak" not in {ns.metadata.name for ns in core.list_namespace().items}
+    assert "leak-0" not in {node.metadata.name for node in core.list_node().items}
+    core.delete_namespace("leak-extra")
+    wait_for(
+        "leak-extra deleted",
+        lambda: "leak-extra" not in {ns.metadata.name for ns in core.list_namespace().items},
+        timeout=120,
+    )

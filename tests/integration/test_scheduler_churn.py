@@ -48,7 +48,13 @@ from tests.integration.simsupport import (
 )
 from tests.support import wait_for
 
-pytestmark = pytest.mark.scheduler
+pytestmark = [
+    pytest.mark.scheduler,
+    pytest.mark.own_control_plane(
+        reason="freezes (SIGSTOP), restarts and cuts the apiserver for longer than its "
+        "read timeout: no other module's agent or scheduler may be on it then"
+    ),
+]
 
 NS = "churn"
 CHURN_NODES = 6

@@ -46,7 +46,14 @@ from tests.support import (
     wait_for,
 )
 
-pytestmark = pytest.mark.scheduler
+pytestmark = [
+    pytest.mark.scheduler,
+    pytest.mark.own_control_plane(
+        reason="the role's Deployment-mode test, in the lab group (its other tests use the "
+        "lab nodes): the session's sim_control_plane would save a start only when the "
+        "same worker also runs a module that uses it"
+    ),
+]
 
 
 SPEC = sim_spec(

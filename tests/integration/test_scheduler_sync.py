@@ -19,6 +19,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from decice.sim.binaries import BinarySet
+from decice.sim.controlplane import ControlPlane
 from decice_scheduler.quantity import parse_cpu
 from tests.integration.schedsupport import cleanup_pods, group
 from tests.integration.simsupport import (
@@ -53,8 +54,15 @@ GROUPS = [
 
 
 @pytest.fixture(scope="module")
-def env(sim_binaries: BinarySet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchedEnv]:
-    with running_env(sim_binaries, tmp_path_factory.mktemp("sched"), GROUPS, (NS,)) as e:
+def env(
+    sim_binaries: BinarySet,
+    sched_control_plane: ControlPlane,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[SchedEnv]:
+    """The session's scheduler control plane with this module's node groups, namespaces,
+    node agent and decice-scheduler."""
+    work = tmp_path_factory.mktemp("sched")
+    with running_env(sim_binaries, work, GROUPS, (NS,), shared=sched_control_plane) as e:
         yield e
 
 

@@ -21,11 +21,11 @@ from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
 from decice.spec_model import SimNodeGroup
 from tests.integration.simsupport import (
     create_namespace,
-    running_control_plane,
+    leaves_nothing,
     start_agent,
     stop_process,
 )
-from tests.support import require, wait_for
+from tests.support import wait_for
 
 NS = "agent-test"
 GROUPS = [
@@ -44,22 +44,28 @@ GROUPS = [
 
 
 @pytest.fixture(scope="module")
-def control_plane(
-    sim_binaries: BinarySet, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ControlPlaneInfo]:
-    """Control plane with the stock scheduler; node-lifecycle off (the sim default)."""
-    require("kube-scheduler" in sim_binaries, "kube-scheduler binary")
-    with running_control_plane(
-        tmp_path_factory.mktemp("agent-cp"), sim_binaries, scheduler=True, node_lifecycle=False
-    ) as info:
+def control_plane(sched_control_plane: ControlPlane) -> Iterator[ControlPlaneInfo]:
+    """The session's scheduler control plane (the stock scheduler on, node-lifecycle off:
+    the sim default); this module's namespace and node groups are gone afterwards and it
+    leaves nothing else (simsupport.leaves_nothing)."""
+    info = sched_control_plane.info()
+    assert info is not None, "the shared control plane is not running"
+    with leaves_nothing(info.kubeconfig, GROUPS, (NS,)):
         yield info
 
 
 @pytest.fixture(scope="module")
-def core(control_plane: ControlPlaneInfo) -> client.CoreV1Api:
-    api = client.CoreV1Api(config.new_client_from_config(config_file=str(control_plane.kubeconfig)))
+def core(control_plane: ControlPlaneInfo) -> Iterator[client.CoreV1Api]:
+    """The API with the test namespace; its Jobs and pods are removed afterwards."""
+    api_client = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    api = client.CoreV1Api(api_client)
     create_namespace(api, NS)
-    return api
+    yield api
+    client.BatchV1Api(api_client).delete_collection_namespaced_job(
+        NS, propagation_policy="Background"
+    )
+    api.delete_collection_namespaced_pod(NS, grace_period_seconds=0)
+    wait_for("the test pods deleted", lambda: not api.list_namespaced_pod(NS).items, 60)
 
 
 @pytest.fixture(scope="module")
@@ -323,6 +329,7 @@ def test_register_is_idempotent_and_count_reduction_deletes_extra_nodes(
 
 
 @pytest.mark.sim
+@pytest.mark.own_control_plane(reason="the node-lifecycle controller on; the shared one has it off")
 def test_lease_heartbeats_when_node_lifecycle_runs(sim_binaries: BinarySet, tmp_path: Path) -> None:
     """With the node-lifecycle controller on, auto mode detects it and renews Leases; the
     controller lifts the not-ready taint and the node stays Ready."""

@@ -23,7 +23,13 @@ from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
 from tests.integration.simsupport import start_agent, stop_process
 from tests.support import BIN, REPO, require, wait_for
 
-pytestmark = pytest.mark.sim
+pytestmark = [
+    pytest.mark.sim,
+    pytest.mark.own_control_plane(
+        reason="installs real charts whose CRDs and cluster-scoped objects would stay on "
+        "a shared control plane, with an agent that ends Job pods after 1 s"
+    ),
+]
 
 MIRROR = Path(os.environ.get("DECICE_TEST_MIRROR", str(REPO.parent / "shared" / "mirror")))
 VOLCANO = "volcano-1.15.1.tgz"

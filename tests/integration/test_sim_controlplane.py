@@ -32,6 +32,10 @@ from decice.sim.procs import ProcessRecord, is_alive, spawn, terminate
 from tests.integration.simsupport import create_namespace
 from tests.support import pid_alive, run_decice, sim_spec, wait_for
 
+pytestmark = pytest.mark.own_control_plane(
+    reason="tests the control plane itself: start, stop, crash, option changes, versions"
+)
+
 # controllers of a fresh control plane take their time (seconds to wait for them)
 SLOW = 90.0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -46,6 +47,9 @@ def test_lab_tests_group_by_lab_and_take_their_whole_integration_module() -> Non
         FakeItem("tests/integration/test_g.py::test_slurm", ["slurm_cluster", "lab_state_root"]),
         FakeItem("tests/integration/test_d.py::test_sim", ["sim_control_plane"]),
         FakeItem("tests/integration/test_d.py::test_sim2", ["sim_control_plane"]),
+        FakeItem("tests/integration/test_s.py::test_s1", ["sched_control_plane"]),
+        FakeItem("tests/integration/test_s.py::test_s2", ["sim_binaries"]),
+        FakeItem("tests/integration/test_t.py::test_t1", ["sched_control_plane"]),
         FakeItem("tests/unit/test_e.py::test_plain"),
         FakeItem("tests/unit/test_e.py::test_local", marks=["local"]),
         FakeItem("tests/unit/test_f.py::test_needs_slurm", marks=["slurm"]),
@@ -68,6 +72,10 @@ def test_lab_tests_group_by_lab_and_take_their_whole_integration_module() -> Non
         "tests/integration/test_m.py::test_molecule_sim": "tests/integration/test_m.py",
         "tests/integration/test_d.py::test_sim": "tests/integration/test_d.py",
         "tests/integration/test_d.py::test_sim2": "tests/integration/test_d.py",
+        # the modules on the scheduler tests' shared control plane: one group, one stack
+        "tests/integration/test_s.py::test_s1": "sched",
+        "tests/integration/test_s.py::test_s2": "sched",
+        "tests/integration/test_t.py::test_t1": "sched",
         # local tests keep to what no lab moves: free to run beside the labs
         "tests/unit/test_e.py::test_plain": "tests/unit/test_e.py",
         "tests/unit/test_e.py::test_local": "tests/unit/test_e.py",
@@ -88,19 +96,27 @@ def test_every_test_of_the_real_suite_using_a_lab_is_in_its_group() -> None:
         "        for item in session.items:\n"
         "            names = set(item.fixturenames)\n"
         "            print('ROW', item.nodeid, g[item.nodeid],"
-        " int('slurm_cluster' in names), int('lab_nodes' in names))\n"
+        " int('slurm_cluster' in names), int('lab_nodes' in names),"
+        " int('sched_control_plane' in names))\n"
         "sys.exit(pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider',"
         " 'tests/integration'], plugins=[P()]))\n"
     )
     done = _python("-c", script)
     rows = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("ROW ")]
     assert len(rows) > 100, done.stdout[-3000:]
-    slurm = {nodeid for nodeid, group, uses_slurm, _ in rows if uses_slurm == "1"}
-    nodes = {nodeid for nodeid, group, _, uses_nodes in rows if uses_nodes == "1"}
-    assert slurm and nodes
-    by_id = {nodeid: group for nodeid, group, _, _ in rows}
+    slurm = {nodeid for nodeid, group, uses_slurm, _, _ in rows if uses_slurm == "1"}
+    nodes = {nodeid for nodeid, group, _, uses_nodes, _ in rows if uses_nodes == "1"}
+    sched = {nodeid for nodeid, group, _, _, uses_sched in rows if uses_sched == "1"}
+    assert slurm and nodes and sched
+    by_id = {nodeid: group for nodeid, group, _, _, _ in rows}
     assert {by_id[n] for n in slurm} == {"slurm"}
     assert {by_id[n] for n in nodes} == {"lab"}, sorted(n for n in nodes if by_id[n] != "lab")
+    assert {by_id[n] for n in sched} == {"sched"}, sorted(n for n in sched if by_id[n] != "sched")
+    # both scheduler modules on the shared control plane, none of its own beside them
+    assert {n.split("::")[0] for n in sched} >= {
+        "tests/integration/test_scheduler_sync.py",
+        "tests/integration/test_scheduler_cases.py",
+    }
     # no module is split between a lab group and another
     per_module: dict[str, set[str]] = {}
     for nodeid, group in by_id.items():
@@ -194,3 +210,41 @@ def test_write_groups_orders_the_items_by_their_groups_queue_place(tmp_path, mon
     assert json.loads(out.read_text())["tests/integration/test_b.py::other"] == (
         "tests/integration/test_b.py"
     )
+
+
+_STARTERS = {"ControlPlane", "running_control_plane", "running_env"}
+
+
+def _own_control_plane_calls(source: str) -> tuple[list[int], bool]:
+    """Lines that start a control plane of their own (``running_env`` without ``shared=``),
+    and whether the module carries an ``own_control_plane`` marker with a reason."""
+    tree = ast.parse(source)
+    starts, marked = [], False
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+        keywords = {k.arg for k in node.keywords}
+        if name in _STARTERS and not (name == "running_env" and "shared" in keywords):
+            starts.append(node.lineno)
+        if name == "own_control_plane" and "reason" in keywords:
+            marked = True
+    return starts, marked
+
+
+def test_a_module_with_a_control_plane_of_its_own_says_why() -> None:
+    """Integration modules share the session's control planes (sim_control_plane,
+    sched_control_plane); one that starts its own carries ``own_control_plane(reason=...)``."""
+    unmarked = {}
+    for path in sorted((REPO / "tests" / "integration").glob("test_*.py")):
+        starts, marked = _own_control_plane_calls(path.read_text())
+        if starts and not marked:
+            unmarked[path.name] = starts
+    assert unmarked == {}, f"own control plane without own_control_plane(reason=...): {unmarked}"
+    # the check sees both kinds of call
+    assert _own_control_plane_calls("running_env(b, w, g, n)\n") == ([1], False)
+    assert _own_control_plane_calls("running_env(b, w, g, n, shared=cp)\n") == ([], False)
+    assert _own_control_plane_calls(
+        "cp = ControlPlane(d, b)\nm = pytest.mark.own_control_plane(reason='x')\n"
+    ) == ([1], True)
