@@ -43,8 +43,8 @@ FILES_DIR = "files"
 CHUNK = 1 << 20
 TIMEOUT_S = 60.0
 
-_SUM_LINE = re.compile(r"^([0-9a-fA-F]{64})\s+\*?(\S.*)$")
-_REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._/-]+)?$")
+_SUM_LINE = re.compile(r"^([0-9a-fA-F]{64})\s+\*?(\S.*)\Z")
+_REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._/-]+)?\Z")
 
 
 class MirrorError(RunFailedError):

@@ -12,9 +12,9 @@ from decice.allocation import checks
 TARGETS = ("sim", "lab", "slurm", "pbs", "static")
 HOST_ROLES = ("control_plane", "etcd", "worker", "edge", "hpc")
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei|e[0-9]+)?$")
-_LABEL_KEY = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei|e[0-9]+)?\Z")
+_LABEL_KEY = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
 
 Quantity = Annotated[str | int, Field(description="a Kubernetes quantity such as 4, 500m, 16Gi")]
 
@@ -175,7 +175,7 @@ class AddonSpec(_Model):
 
 NODE_PORTS = (30000, 32767)  # kube-apiserver's default --service-node-port-range
 BASTION_PORT_BASE = 31022  # the interLink chart's sshBastion.port
-_SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+_SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
 
 
 class InterlinkEndpoint(_Model):
@@ -343,7 +343,7 @@ class SchedulerSpec(_Model):
 
 
 _REGISTRY_URL = re.compile(
-    r"^(https?)://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[^\s]*)?$"
+    r"^(https?)://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[^\s]*)?\Z"
 )
 
 

@@ -2,15 +2,24 @@
 
 ``Resources`` is treated as immutable: ``add``/``sub`` return new objects, so a snapshot
 can share them with the live state without copying.
+
+Nothing a pod or node says makes these raise: quantities of any size saturate
+(:mod:`decice_scheduler.quantity`), and one outside the quantity grammar (the API server
+validates them, raw JSON from elsewhere may not) counts as :data:`INT64_MAX` in a
+request (it fits nowhere) and as 0 in a capacity (nothing fits there), logged once per
+value.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from decice_scheduler.quantity import parse_cpu, parse_int
+from decice_scheduler.quantity import INT64_MAX, parse_cpu, parse_int
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_CPU_MILLIS",
@@ -129,21 +138,41 @@ def _merge(a: Mapping[str, int], b: Mapping[str, int], sign: int) -> Mapping[str
     return merged
 
 
-def parse_resource_list(raw: Mapping[str, Any] | None) -> Resources:
-    """A ResourceList (``{"cpu": "500m", "memory": "1Gi", ...}``) as ``Resources``."""
-    if not raw:
+_WARNED: set[str] = set()
+_WARN_AT_MOST = 256  # distinct invalid values logged; a flood of them is not logged on
+
+
+def _units(name: object, text: object, invalid: int) -> int:
+    """``text`` in the unit resource ``name`` is counted in; ``invalid`` for a value that
+    is not a quantity (logged once per value, quoted: it came from a pod or a node)."""
+    try:
+        return parse_cpu(text) if name == "cpu" else parse_int(text)  # type: ignore[arg-type]
+    except (ValueError, TypeError):
+        key = f"{name!r}={text!r}"[:200]
+        if key not in _WARNED and len(_WARNED) < _WARN_AT_MOST:
+            _WARNED.add(key)
+            log.warning("resource %s is not a quantity; counted as %d", key, invalid)
+        return invalid
+
+
+def parse_resource_list(raw: Mapping[str, Any] | None, invalid: int = 0) -> Resources:
+    """A ResourceList (``{"cpu": "500m", "memory": "1Gi", ...}``) as ``Resources``;
+    ``invalid``: what a value that is not a quantity counts as (0 for a capacity,
+    :data:`INT64_MAX` for a request)."""
+    if not raw or not isinstance(raw, Mapping):
         return Resources()
     cpu = memory = pods = 0
     extended: dict[str, int] = {}
     for name, text in raw.items():
+        amount = _units(name, text, invalid)
         if name == "cpu":
-            cpu = parse_cpu(text)
+            cpu = amount
         elif name == "memory":
-            memory = parse_int(text)
+            memory = amount
         elif name == "pods":
-            pods = parse_int(text)
+            pods = amount
         else:
-            extended[name] = parse_int(text)
+            extended[str(name)] = amount
     return Resources(cpu, memory, pods, extended)
 
 
@@ -181,16 +210,18 @@ def nonzero_cpu_memory(request: Resources) -> tuple[int, int]:
 def _container_request(container: Mapping[str, Any]) -> dict[str, int]:
     """Requests of one container; a resource with only a limit requests the limit."""
     spec = container.get("resources")
-    if not spec:
+    if not spec or not isinstance(spec, Mapping):
         return {}
     requests = spec.get("requests") or {}
     limits = spec.get("limits") or {}
+    if not isinstance(requests, Mapping) or not isinstance(limits, Mapping):
+        return {"cpu": INT64_MAX}  # not a ResourceList: fits nowhere
     out: dict[str, int] = {}
     for name, text in limits.items():
         if name not in requests:
-            out[name] = parse_cpu(text) if name == "cpu" else parse_int(text)
+            out[name] = _units(name, text, INT64_MAX)
     for name, text in requests.items():
-        out[name] = parse_cpu(text) if name == "cpu" else parse_int(text)
+        out[name] = _units(name, text, INT64_MAX)
     return out
 
 
@@ -243,7 +274,7 @@ def pod_request(pod: Mapping[str, Any]) -> Resources:
 
     overhead = spec.get("overhead")
     if overhead:
-        _add_into(total, parse_resource_list(overhead).as_dict())
+        _add_into(total, parse_resource_list(overhead, invalid=INT64_MAX).as_dict())
 
     cpu = total.pop("cpu", 0)
     memory = total.pop("memory", 0)

@@ -54,6 +54,7 @@ GROUPS = [
     group("gpu", 2, cpu="8", **{"nvidia.com/gpu": "2"}),
     group("late", 1, cpu="16"),
     group("knine", 4, cpu="4"),
+    group("hostile", 1, cpu="4"),
 ]
 
 
@@ -444,6 +445,60 @@ def test_kill_9_with_binds_in_flight_then_restart(env: SchedEnv, core: client.Co
     finally:
         if slow.running():
             slow.stop()
+
+
+# what a pod author can send and the 1.20 API server stores: every one past any node's room
+HOSTILE = [
+    ("mem-1e20", {"requests": {"memory": "1e20"}}),  # stored as 100e18
+    ("mem-9ei", {"requests": {"memory": "9Ei"}}),
+    ("cpu-1e19", {"requests": {"cpu": "1e19"}}),
+    ("mem-huge-exp", {"requests": {"memory": "1e20000000"}}),
+    ("ext-1e20", {"limits": {"example.com/widget": "1e20"}}),
+]
+
+
+def test_hostile_quantities_neither_stop_the_scheduler_nor_fit(
+    env: SchedEnv, core: client.CoreV1Api
+) -> None:
+    """Quantities far past int64 (finding 1 of the second security round: "1e20" memory
+    stopped decice-scheduler with "out of range", and kept it from starting while the pod
+    existed). Pending for decice-scheduler they get FailedScheduling naming the resource;
+    one bound by nodeName is counted too (the node agent rejects it as a kubelet would,
+    OutOfmemory, instead of counting it as 0); the scheduler stays up, restarts with them
+    present, binds the next good pod, and its state matches a fresh LIST."""
+    for name, resources in HOSTILE:
+        body = pod(name, "hostile", cpu=None)
+        body["spec"]["containers"][0]["resources"] = resources
+        create_pod(core, NS, body)
+    bound = pod("bound-1e20", None, cpu=None, memory="1e20")
+    bound["spec"]["nodeName"] = "hostile-0"
+    create_pod(core, NS, bound)
+    stored = read_pod(core, NS, "mem-1e20")
+    assert stored is not None
+    assert stored["spec"]["containers"][0]["resources"]["requests"]["memory"] == "100e18"
+
+    for name, resources in HOSTILE:
+        event = wait_for(f"{name} FailedScheduling", failed_scheduling_event(core, NS, name), 30)
+        resource = next(iter(next(iter(resources.values()))))
+        assert f"Insufficient {resource}" in event.message, (name, event.message)
+        assert bound_node(core, NS, name) is None
+    rejected_pod = wait_for(
+        "bound-1e20 rejected",
+        lambda: (
+            (p := read_pod(core, NS, "bound-1e20")) and (p.get("status") or {}).get("reason") and p
+        ),
+        30,
+    )
+    assert rejected_pod["status"]["phase"] == "Failed"
+    assert rejected_pod["status"]["reason"] == "OutOfmemory"
+    assert env.sched.running(), "decice-scheduler stopped on a hostile quantity"
+
+    env.sched.stop()
+    env.sched.start()  # starts with them all present (it could not before the fix)
+    create_pod(core, NS, pod("after-hostile", "twin"))
+    wait_bound(core, NS, "after-hostile")
+    assert env.sched.running()
+    assert_no_drift(env.sched)
 
 
 def test_a_module_leaving_things_on_the_shared_control_plane_fails(

@@ -41,6 +41,25 @@ def test_bad_quantities(text):
         quantity.parse(text)
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["1e20", "100e18", "9Ei", "1e20000000", "1e-20000000", "1e" + "9" * 5000, "9" * 5000, 2**70],
+)
+def test_quantities_past_int64_are_refused_without_evaluating_them(text):
+    """Finding 5 of the second security round: "1e20000000" memory (valid for the API
+    server) held the plugin for 18 s, then answered 500. Now: a plain refusal."""
+    with pytest.raises(ValueError, match="out of range"):
+        quantity.parse(text)
+
+
+def test_a_pod_with_an_absurd_quantity_is_unrunnable_with_the_reason():
+    spec = {"containers": [c(resources={"requests": {"cpu": "1", "memory": "1e20000000"}})]}
+    with pytest.raises(
+        Unrunnable, match=r"resources.requests.memory: '1e20000000' is out of range"
+    ):
+        parse_pod(request(spec))
+
+
 def test_size_sums_containers_limits_win_init_is_a_floor():
     spec = {
         "containers": [

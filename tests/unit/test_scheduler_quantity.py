@@ -2,7 +2,7 @@ from decimal import Decimal
 
 import pytest
 
-from decice_scheduler.quantity import parse_cpu, parse_int, parse_quantity, to_units
+from decice_scheduler.quantity import INT64_MAX, parse_cpu, parse_int, parse_quantity, to_units
 
 pytestmark = pytest.mark.unit
 
@@ -61,7 +61,7 @@ def test_exact_value_and_sign():
 
 @pytest.mark.parametrize(
     "junk",
-    ["", " ", "abc", "1 Gi", "1KI", "1kb", "1e", "Gi", "1.2.3", "--1", "1e999", "9Ei", "0x10"],
+    ["", " ", "abc", "1 Gi", "1KI", "1kb", "1e", "Gi", "1.2.3", "--1", "0x10", "1e20\n", "inf"],
 )
 def test_junk_is_rejected(junk):
     with pytest.raises(ValueError, match="invalid quantity"):
@@ -80,3 +80,39 @@ def test_to_units_dispatches_on_resource_name():
     assert to_units("cpu", "2") == 2000
     assert to_units("memory", "2") == 2
     assert to_units("nvidia.com/gpu", "2") == 2
+
+
+@pytest.mark.parametrize(
+    "huge",
+    [
+        "9Ei",  # past int64 by a suffix
+        "100e18",  # what the API server stores for "1e20"
+        "1e19",
+        "1e999",
+        "1e20000000",  # valid for the API server: not evaluated
+        "1e" + "9" * 5000,  # more digits than int() takes
+        "9" * 5000,
+        2**80,
+        1e300,
+    ],
+)
+def test_quantities_past_int64_saturate_instead_of_failing(huge):
+    """A pod author can send any of these (finding 1 of the security round 2 issue): they
+    count as the largest int64, which fits no node, and never raise."""
+    assert parse_int(huge) == INT64_MAX
+    assert parse_cpu(huge) == INT64_MAX
+    assert parse_quantity(huge) == Decimal(INT64_MAX)
+
+
+def test_tiny_and_zero_exponents_are_decided_without_evaluating_them():
+    assert parse_int("1e-20000000") == 1  # a positive fraction rounds up to one unit
+    assert parse_cpu("5e-99") == 1
+    assert parse_int("0e99999999") == 0
+    assert parse_int("1e-0") == 1 and parse_int("1e+0") == 1
+    assert parse_int("-1e999") == -INT64_MAX
+
+
+@pytest.mark.parametrize("junk", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_floats_are_rejected(junk):
+    with pytest.raises(ValueError, match="not a finite number"):
+        parse_quantity(junk)

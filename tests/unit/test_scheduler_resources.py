@@ -1,6 +1,7 @@
 import pytest
 
 from decice_scheduler.builders import container, make_node, make_pod
+from decice_scheduler.quantity import INT64_MAX
 from decice_scheduler.resources import (
     Resources,
     fits,
@@ -143,7 +144,41 @@ def test_pod_level_resources_replace_container_sum_for_cpu_and_memory():
     assert pod_request(pod) == Resources(2000, 2**30, 1, {GPU: 1})
 
 
-def test_junk_quantity_in_a_pod_raises():
-    pod = make_pod("p", requests={"cpu": "lots"})
-    with pytest.raises(ValueError, match="lots"):
+def test_junk_quantity_in_a_pod_fits_nowhere_and_is_logged_once(caplog):
+    """Raw JSON from outside the API server's validation: the pod asks for more than any
+    node has (it stays Pending), nothing raises, and the value is logged once, quoted."""
+    pod = make_pod("p", requests={"cpu": "lots\nINJECTED"})
+    node = make_node("n", cpu="64", memory="256Gi")
+    with caplog.at_level("WARNING", logger="decice_scheduler.resources"):
+        request = pod_request(pod)
         pod_request(pod)
+    assert request.cpu == INT64_MAX
+    assert fits(request, node_allocatable(node), Resources()) == ["Insufficient cpu"]
+    warned = [r.getMessage() for r in caplog.records]
+    value = repr("lots\nINJECTED")
+    assert warned == [f"resource 'cpu'={value} is not a quantity; counted as {INT64_MAX}"]
+    assert "\n" not in warned[0]
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [
+        {"requests": {"memory": "1e20"}},  # stored as 100e18 by the API server
+        {"limits": {"memory": "1e20000000"}},
+        {"requests": {"nvidia.com/gpu": "9Ei"}},
+        {"requests": ["cpu", "1"]},  # not a ResourceList at all
+        {"requests": {"cpu": None}},
+    ],
+)
+def test_hostile_requests_fit_no_node_and_never_raise(resources):
+    pod = make_pod("p")
+    pod["spec"]["containers"][0]["resources"] = resources
+    node = make_node("n", cpu="1000", memory="1Pi", extended={"nvidia.com/gpu": "1000"})
+    assert fits(pod_request(pod), node_allocatable(node), Resources()) != []
+
+
+def test_a_capacity_that_is_not_a_quantity_counts_as_zero():
+    assert parse_resource_list({"cpu": "many", "memory": "1Gi"}) == Resources(0, 2**30, 0)
+    assert parse_resource_list(["cpu"]) == Resources()  # type: ignore[arg-type]
+    # a huge capacity is as large as a count can be
+    assert parse_resource_list({"memory": "1e30"}).memory == INT64_MAX

@@ -117,7 +117,9 @@ def is_ip(value: object) -> bool:
 
 #: Kubespray v2.29.1's "Stop if bad hostname" (roles/kubernetes/preinstall/tasks/
 #: 0040-verify-settings.yml:78-82): inventory_hostname is match(...) - lower case only
-KUBESPRAY_HOSTNAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+KUBESPRAY_HOSTNAME = re.compile(
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z"  # stricter: no final \n
+)
 KUBESPRAY_HOSTNAME_WHERE = (
     'Kubespray v2.29.1 roles/kubernetes/preinstall/tasks/0040-verify-settings.yml:78 "Stop if '
     'bad hostname"'

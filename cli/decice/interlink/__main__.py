@@ -24,7 +24,7 @@ from decice.interlink.tunnel import Tunnel, TunnelSpec, parse_target
 log = logging.getLogger("decice.interlink")
 
 EXIT_USAGE = 2
-SAFE_DIR = re.compile(r"^/[A-Za-z0-9_.,+@=/-]*$")  # goes into #SBATCH lines and scripts
+SAFE_DIR = re.compile(r"^/[A-Za-z0-9_.,+@=/-]*\Z")  # goes into #SBATCH lines and scripts
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -58,8 +58,8 @@ RES_ACCELERATORS = "accelerators"
 ACC_TYPE = "resourceType"
 ACC_AVAILABLE = "available"
 
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-UID_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9]{0,62})$")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+UID_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9]{0,62})\Z")
 
 
 def _obj(value: Any, what: str) -> dict[str, Any]:

@@ -27,10 +27,10 @@ ANN_ACCOUNT = ANNOTATION_PREFIX + "account"
 ANN_FLAGS = ANNOTATION_PREFIX + "flags"
 GPU = "nvidia.com/gpu"
 
-TIME_RE = re.compile(r"^(\d+-)?\d+(:\d+){0,2}$|^UNLIMITED$|^INFINITE$")
-NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")
+TIME_RE = re.compile(r"^(\d+-)?\d+(:\d+){0,2}\Z|^UNLIMITED\Z|^INFINITE\Z")
+NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}\Z")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+\Z")
 # sbatch options the plugin sets itself: a pod's flags may not change them
 RESERVED = {
     "-J": "--job-name",
@@ -301,7 +301,7 @@ def _env_value(
         path = str((source["fieldRef"] or {}).get("fieldPath", ""))
         if path in FIELD_PATHS:
             return str(FIELD_PATHS[path](pod))
-        match = re.match(r"^metadata\.(labels|annotations)\['([^']+)'\]$", path)
+        match = re.match(r"^metadata\.(labels|annotations)\['([^']+)'\]\Z", path)
         if match:
             return str(((pod["metadata"].get(match.group(1))) or {}).get(match.group(2), ""))
         raise Unrunnable(f"{what}: fieldRef {path!r} is not supported")
@@ -407,7 +407,7 @@ def parse_pod(req: CreateRequest) -> PodSpec:
     names = [c.name for c in [*init, *main]]
     if len(set(names)) != len(names):
         raise Unrunnable(_where(label, "two containers share a name"))
-    flags_text = _annotation(pod, ANN_FLAGS, re.compile(r"^[^\n\0]*$"), label)
+    flags_text = _annotation(pod, ANN_FLAGS, re.compile(r"^[^\n\0]*\Z"), label)
     return PodSpec(
         size=job_size(pod, label),
         time=_annotation(pod, ANN_TIME, TIME_RE, label),

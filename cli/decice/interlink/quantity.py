@@ -1,11 +1,19 @@
-"""Kubernetes resource quantities ("500m", "2", "1Gi", "128M", "1e3") as exact numbers."""
+"""Kubernetes resource quantities ("500m", "2", "1Gi", "128M", "1e3") as exact numbers.
+
+Bounded: the API server stores quantities far past anything a cluster has ("1e20" memory,
+"1e20000000"), and any pod author can send one. An exponent beyond :data:`MAX_EXPONENT`
+is refused without being evaluated, and so is a value past :data:`MAX_VALUE` (Kubernetes
+counts in int64): the pod is refused with the reason, the plugin stays responsive."""
 
 from __future__ import annotations
 
 import re
 from fractions import Fraction
 
-_QTY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
+_QTY = re.compile(r"([+-]?[0-9.]+)(?:[eE]([+-]?[0-9]+))?(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?")
+MAX_EXPONENT = 40
+MAX_VALUE = 2**63 - 1
+_MAX_DIGITS = 100  # a longer number is past MAX_VALUE or a fraction nobody means
 _SUFFIX = {
     "": Fraction(1),
     "m": Fraction(1, 1000),
@@ -28,16 +36,26 @@ def parse(value: object) -> Fraction:
     """The quantity's value; ValueError names what is wrong."""
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise ValueError(f"{value!r} is not a quantity")
-    match = _QTY.match(str(value).strip())
+    match = _QTY.fullmatch(str(value).strip())
     if not match:
         raise ValueError(f"{value!r} is not a quantity (e.g. 500m, 2, 1Gi)")
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    digits, exponent, suffix = match.groups()
+    magnitude = (exponent or "0").lstrip("+-").lstrip("0") or "0"
+    if len(digits) > _MAX_DIGITS or len(magnitude) > 3 or int(magnitude) > MAX_EXPONENT:
+        raise ValueError(f"{shown} is out of range (at most {MAX_VALUE})")
     try:
-        number = Fraction(match.group(1))
+        number = Fraction(digits)
     except ValueError as exc:
-        raise ValueError(f"{value!r} is not a quantity (e.g. 500m, 2, 1Gi)") from exc
+        raise ValueError(f"{shown} is not a quantity (e.g. 500m, 2, 1Gi)") from exc
     if number < 0:
-        raise ValueError(f"{value!r} is negative")
-    return number * _SUFFIX[match.group(2) or ""]
+        raise ValueError(f"{shown} is negative")
+    if exponent is not None:
+        number *= Fraction(10) ** int(exponent)
+    number *= _SUFFIX[suffix or ""]
+    if number > MAX_VALUE:
+        raise ValueError(f"{shown} is out of range (at most {MAX_VALUE})")
+    return number
 
 
 def ceil(value: Fraction) -> int:

@@ -29,7 +29,7 @@ log = logging.getLogger("decice.interlink.tunnel")
 
 _TARGET = re.compile(
     r"^(?P<user>[a-z_][a-z0-9_.-]{0,31})@(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*)"
-    r"(?::(?P<port>[0-9]{1,5}))?$"
+    r"(?::(?P<port>[0-9]{1,5}))?\Z"
 )
 _PR_SET_PDEATHSIG = 1
 BACKOFF_FIRST = 1.0

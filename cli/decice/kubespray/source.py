@@ -36,7 +36,7 @@ from decice.kubespray import tree
 
 ENV_DIR = "DECICE_KUBESPRAY_DIR"
 REQUIRED_FILES = ("cluster.yml", "reset.yml", "ansible.cfg", "requirements.txt")
-_TAG = re.compile(r"^v?[0-9]+\.[0-9]+\.[0-9]+([-.][0-9A-Za-z.]+)?$")
+_TAG = re.compile(r"^v?[0-9]+\.[0-9]+\.[0-9]+([-.][0-9A-Za-z.]+)?\Z")
 # Where Kubespray keeps its ansible-core window (playbooks/ since v2.23, the top level before).
 VERSION_PLAYBOOKS = ("playbooks/ansible_version.yml", "ansible_version.yml")
 CHECKSUMS_FILE = "roles/kubespray_defaults/vars/main/checksums.yml"

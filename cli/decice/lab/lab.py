@@ -29,7 +29,7 @@ from decice.sim.procs import write_private
 
 log = logging.getLogger("decice.lab")
 
-NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,29}$")
+NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,29}\Z")
 CONTROLLER = "slurmctl"
 CONTAINERD_VOLUME = "/var/lib/containerd"  # overlay mounts inside a node need a volume
 HOST_KEYS_DIR = "hostkeys"  # <node>/ssh_host_ed25519_key: made here, mounted into the node

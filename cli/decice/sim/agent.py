@@ -318,7 +318,7 @@ class NodeAgent:
                 str(meta.get("namespace")),
                 str(meta["name"]),
                 node.name,
-                _request(pod),
+                pod_request(pod),  # a request past any node's room: OutOf<resource>
                 "admitting",
             )
             self.pods[uid] = rec
@@ -646,21 +646,6 @@ def _slim(pod: Mapping[str, Any]) -> dict[str, Any]:
         if k in meta
     }
     return {"metadata": slim_meta, "spec": slim_spec, "status": {"phase": "Pending"}}
-
-
-def _request(pod: Mapping[str, Any]) -> Resources:
-    """The pod's request; one that does not parse (the API validates them) counts as 0."""
-    try:
-        return pod_request(pod)
-    except ValueError as exc:
-        meta = pod.get("metadata") or {}
-        log.warning(
-            "%s/%s: bad resource quantity (%s); counted as 0",
-            meta.get("namespace"),
-            meta.get("name"),
-            exc,
-        )
-        return Resources(pods=1)
 
 
 def write_status(path: Path, data: Mapping[str, Any]) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from decice.errors import InputError
 from decice.sim.tools import BuildError
 
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 class DownloadRefused(InputError):

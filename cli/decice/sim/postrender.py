@@ -133,7 +133,7 @@ OLDER_API = {
 NO_API = frozenset({"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"})
 CRD_KIND = "CustomResourceDefinition"
 
-_SEPARATOR = re.compile(r"^---(?:[ \t].*)?$")
+_SEPARATOR = re.compile(r"^---(?:[ \t].*)?\Z")
 _SOURCE = re.compile(r"^#\s*Source:\s*(\S+)", re.MULTILINE)
 # <chart>/crds/... or <chart>/charts/<subchart>/crds/... (files below crds/ at any depth)
 _CRDS_DIR = re.compile(r"^[^/]+(?:/charts/[^/]+)*/crds/")

@@ -77,7 +77,7 @@ def parse_endpoints(text: str, source: str) -> dict[str, Endpoint]:
         if not isinstance(entry, dict):
             raise ValueError(f"{where}: expected a mapping with url and token_file")
         url = entry.get("url")
-        if not isinstance(url, str) or not re.match(r"^(https?://[^/\s]+/?$|unix:/\S+$)", url):
+        if not isinstance(url, str) or not re.match(r"^(https?://[^/\s]+/?\Z|unix:/\S+\Z)", url):
             raise ValueError(
                 f"{where}.url: {url!r} is not http://HOST:PORT, https://HOST:PORT or "
                 "unix:/ABSOLUTE/PATH"
@@ -181,7 +181,7 @@ def _lookup(
     return str(values[key])
 
 
-_ANNOTATION = re.compile(r"""^metadata\.(annotations|labels)\[['"]?(.+?)['"]?\]$""")
+_ANNOTATION = re.compile(r"""^metadata\.(annotations|labels)\[['"]?(.+?)['"]?\]\Z""")
 
 
 def _field(pod: Mapping[str, Any], path: str) -> str:
@@ -481,7 +481,7 @@ def error_reason(status: int, text: str) -> tuple[str, str]:
     return reason, message[:2000]
 
 
-_QTY = re.compile(r"^[0-9]+(\.[0-9]+)?([munkMGTPE]|[KMGTPE]i)?$")
+_QTY = re.compile(r"^[0-9]+(\.[0-9]+)?([munkMGTPE]|[KMGTPE]i)?\Z")
 
 
 def ping_capacity(body: Any) -> dict[str, str] | None:
