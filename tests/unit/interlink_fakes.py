@@ -15,7 +15,8 @@ from pathlib import Path
 SBATCH = r"""#!/bin/bash
 set -eu
 R="$FAKE_SLURM"
-[ "$1" = --parsable ] && shift
+echo "$*" >> "$R/sbatch-calls"
+while [ "${1#-}" != "$1" ]; do shift; done  # the options: --parsable, --ignore-pbs
 script="$1"
 if [ -e "$R/fail-sbatch" ]; then echo "sbatch: error: Batch job submission failed" >&2; exit 1; fi
 ls "$FAKE_SLURM_DATA/state" > "$R/state-at-sbatch" 2>/dev/null || true

@@ -171,6 +171,45 @@ def test_script_records_exit_codes_logs_and_env(tmp_path: Path):
         assert (job / f"{name}.started").read_text().strip() <= parts[1]
 
 
+HOSTILE_ARGS = [
+    "a\n#PBS -o /tmp/pwned\nb",  # finding 2 of the second security round
+    "#BSUB -cwd /tmp",
+    "x\n#SBATCH --output=/tmp/pwned",
+    "it's \\ $(touch /tmp/pwned) `id` $HOME",
+    "tab\tcr\rbell\x07del\x7f",
+    "\n",
+]
+
+
+def test_pod_values_stay_one_shell_word_on_one_line(tmp_path: Path):
+    """Args and a workingDir with newlines, quotes and shell syntax: no line of job.sh
+    starts with a directive sbatch would read (only the plugin's #SBATCH header), and bash
+    gives the container exactly the values the pod sent."""
+    workdir = tmp_path / "wd\n#PBS -e x"
+    workdir.mkdir()
+    spec = spec_of(
+        [
+            {
+                "name": "main",
+                "image": "img",
+                "command": ["printf", "[%s]"],
+                "args": HOSTILE_ARGS,
+                "workingDir": str(workdir),
+                "resources": {"limits": {"cpu": "1", "memory": "10Mi"}},
+            }
+        ]
+    )
+    job = tmp_path / "job"
+    script = write_job_dir(job, REF, spec, Runtime("bare"), Defaults())
+    lines = script.read_text().splitlines()
+    header = [n for n, line in enumerate(lines) if line.startswith("#SBATCH")]
+    assert header == list(range(1, len(header) + 1))  # right after #!, nowhere else
+    assert not [line for line in lines if line.lstrip().startswith(("#PBS", "#BSUB"))]
+    assert run_job(job).wait(timeout=20) == 0
+    assert (job / "main.log").read_bytes().decode() == "".join(f"[{a}]" for a in HOSTILE_ARGS)
+    assert not Path("/tmp/pwned").exists()
+
+
 # stands in for apptainer (not in this machine's Debian archive): checks the options the
 # job script passes, then runs the command with the env file's variables, as exec does
 APPTAINER_STUB = """#!/bin/bash

@@ -169,6 +169,11 @@ def test_pod_runs_to_success_with_logs(plugin: Client, fake_slurm: Env):
     script = (fake_slurm.registry / "1.script").read_text()
     assert "#SBATCH --cpus-per-task=1\n" in script and "#SBATCH --mem=64M\n" in script
     assert f"#SBATCH --job-name=decice-{uid(1)}\n" in script
+    # sbatch told to read only the plugin's #SBATCH lines, not #PBS/#BSUB ones a pod could plant
+    assert (fake_slurm.registry / "sbatch-calls").read_text().split()[:2] == [
+        "--parsable",
+        "--ignore-pbs",
+    ]
 
 
 def test_failing_pod_reports_its_exit_code(plugin: Client):

@@ -95,13 +95,30 @@ def container_argv(c: Container, runtime: Runtime, gpus: int, job_dir: Path) -> 
     return [*argv, _image(c.image), *c.command, *c.args]
 
 
+def quote(value: str) -> str:
+    """``value`` as one shell word on one line: shlex's quoting, or bash's ``$'...'`` when
+    it holds a control character. A pod's newline never starts a line of job.sh, so no
+    value a pod supplies can become a ``#SBATCH``, ``#PBS`` or ``#BSUB`` directive."""
+    if not any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        return shlex.quote(value)
+    out = []
+    for ch in value:
+        if ch in "\\'":
+            out.append("\\" + ch)
+        elif ord(ch) < 32 or ord(ch) == 127:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return "$'" + "".join(out) + "'"
+
+
 def _run_function(index: str, c: Container, runtime: Runtime, gpus: int, job_dir: Path) -> str:
-    argv = " ".join(shlex.quote(a) for a in container_argv(c, runtime, gpus, job_dir))
+    argv = " ".join(quote(a) for a in container_argv(c, runtime, gpus, job_dir))
     lines = [f"run_{index}() {{  # container {c.name}"]
     if runtime.kind == "bare":
         lines.append(f'  set -a; . "$JOB_DIR/{c.name}.env"; set +a')
         if c.working_dir:
-            lines.append(f"  cd {shlex.quote(c.working_dir)} || exit 1")
+            lines.append(f"  cd {quote(c.working_dir)} || exit 1")
     lines += [f"  exec {argv}", "}"]
     return "\n".join(lines)
 
