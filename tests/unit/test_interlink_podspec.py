@@ -98,7 +98,7 @@ def test_annotations():
     }
     spec = parse_pod(request({"containers": [c()]}, ann))
     assert (spec.time, spec.partition, spec.account) == ("1-02:00:00", "gpu", "proj42")
-    assert spec.flags == ["--qos=high", "--constraint haswell", "-N 1"]
+    assert spec.flags == ["--qos=high", "--constraint=haswell", "--nodes=1"]
 
 
 @pytest.mark.parametrize(
@@ -108,7 +108,7 @@ def test_annotations():
         ("slurm-job.vk.io/partition", "a b", "slurm-job.vk.io/partition"),
         ("slurm-job.vk.io/account", "x;rm", "slurm-job.vk.io/account"),
         ("slurm-job.vk.io/flags", "--job-name=x", "--job-name is set by the plugin"),
-        ("slurm-job.vk.io/flags", "-o /tmp/x", "-o is set by the plugin"),
+        ("slurm-job.vk.io/flags", "-o /tmp/x", r"-o \(--output\) is set by the plugin"),
         ("slurm-job.vk.io/flags", "qos", "not an sbatch option"),
         ("slurm-job.vk.io/flags", "--comment='a b'", "blank, quote"),
         ("slurm-job.vk.io/flags", "--x\nrm -rf /", "not valid"),
@@ -120,10 +120,51 @@ def test_bad_annotations_are_refused(key, value, message):
 
 
 def test_flags_pair_values_with_their_option():
-    assert parse_flags("-p debug --mail-type END --exclusive", "x") == [
-        "-p debug",
-        "--mail-type END",
+    assert parse_flags("-p debug --mail-type END --exclusive -H -t5:00", "x") == [
+        "--partition=debug",
+        "--mail-type=END",
         "--exclusive",
+        "--hold",
+        "--time=5:00",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("flags", "refused"),
+    [
+        # finding 3 of the second security round: abbreviations sbatch takes as the option
+        ("--outp=/home/u/.bashrc", r"--outp \(--output\) is set by the plugin"),
+        ("--err=/home/u/.bashrc", r"--err \(--error\) is set by the plugin"),
+        ("--chd=/", r"--chd \(--chdir\) is set by the plugin"),
+        ("--job-n x", r"--job-n \(--job-name\) is set by the plugin"),
+        ("--exp=ALL", r"--exp is ambiguous \(--export, --export-file\)"),
+        ("--export", "--export is set by the plugin"),
+        ("--wr=id", r"--wr \(--wrap\) would replace the job script"),
+        ("-W", r"-W \(--wait\) sbatch would not return"),
+        ("--arr=1-3", r"--arr \(--array\) one job per pod"),
+        ("-M other", r"-M \(--clusters\) the plugin tracks jobs on its own cluster"),
+        ("--uid=0", "--uid the job runs as the plugin's user"),
+        ("--nodef=/etc/hosts", r"--nodef \(--nodefile\) reads a file on the login host"),
+        ("--test-only", "--test-only is not an sbatch option"),
+        ("-Z", "-Z is not an sbatch option"),
+        ("--qos", "--qos needs a value"),
+        ("--hold=1", "--hold takes no value"),
+        ("-Hk", "give -H on its own"),
+        ("qos", "is not an sbatch option"),
+    ],
+)
+def test_flags_are_resolved_as_sbatch_does_and_checked_against_what_a_pod_may_set(flags, refused):
+    with pytest.raises(Unrunnable, match=refused):
+        parse_flags(flags, "pod ns/p")
+
+
+def test_allowed_abbreviations_are_written_out_in_full():
+    """The line in job.sh names the option sbatch resolved, so no sbatch version can
+    read the pod's abbreviation as another option."""
+    assert parse_flags("--cons=haswell --mail-u=me@example.org --exclud=n1", "x") == [
+        "--constraint=haswell",
+        "--mail-user=me@example.org",
+        "--exclude=n1",
     ]
 
 

@@ -16,7 +16,7 @@ from fractions import Fraction
 from pathlib import PurePosixPath
 from typing import Any
 
-from decice.interlink import quantity
+from decice.interlink import quantity, sbatchflags
 from decice.interlink.api import DNS_LABEL, CreateRequest, Volumes
 from decice.interlink.errors import Unrunnable
 
@@ -31,15 +31,6 @@ TIME_RE = re.compile(r"^(\d+-)?\d+(:\d+){0,2}\Z|^UNLIMITED\Z|^INFINITE\Z")
 NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}\Z")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+\Z")
-# sbatch options the plugin sets itself: a pod's flags may not change them
-RESERVED = {
-    "-J": "--job-name",
-    "-o": "--output",
-    "-e": "--error",
-    "-D": "--chdir",
-    "-W": "--wait",
-}
-RESERVED_LONG = {"--job-name", "--output", "--error", "--chdir", "--export", "--wrap", "--wait"}
 FIELD_PATHS = {
     "metadata.name": lambda p: p["metadata"].get("name", ""),
     "metadata.namespace": lambda p: p["metadata"].get("namespace", "default"),
@@ -153,37 +144,21 @@ def _annotation(pod: dict[str, Any], key: str, pattern: re.Pattern[str], label: 
 
 
 def parse_flags(value: str, label: str) -> list[str]:
-    """``slurm-job.vk.io/flags`` as one ``#SBATCH`` option per item (``--opt=v``, ``-p v``)."""
+    """``slurm-job.vk.io/flags`` as one full ``--option[=value]`` per item, each an sbatch
+    option a pod may give (:mod:`decice.interlink.sbatchflags`)."""
     try:
         tokens = shlex.split(value)
     except ValueError as exc:
         raise Unrunnable(_where(label, f"annotation {ANN_FLAGS}: {exc}")) from exc
-    options: list[str] = []
-    takes_value = False
     for token in tokens:
         if any(ch.isspace() for ch in token) or any(ch in token for ch in "\"'\\#\0"):
             raise Unrunnable(
                 _where(label, f"annotation {ANN_FLAGS}: {token!r} has a blank, quote or '#'")
             )
-        if token.startswith("-"):
-            name = token.split("=", 1)[0] if token.startswith("--") else token[:2]
-            if name in RESERVED or name in RESERVED_LONG:
-                raise Unrunnable(
-                    _where(
-                        label,
-                        f"annotation {ANN_FLAGS}: {name} is set by the plugin; remove it",
-                    )
-                )
-            options.append(token)
-            takes_value = "=" not in token and (len(token) == 2 or token.startswith("--"))
-        elif options and takes_value:
-            options[-1] = f"{options[-1]} {token}"
-            takes_value = False
-        else:
-            raise Unrunnable(
-                _where(label, f"annotation {ANN_FLAGS}: {token!r} is not an sbatch option")
-            )
-    return options
+    try:
+        return sbatchflags.canonical(tokens)
+    except sbatchflags.FlagError as exc:
+        raise Unrunnable(_where(label, f"annotation {ANN_FLAGS}: {exc}")) from exc
 
 
 def _find(items: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
