@@ -25,6 +25,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
+import tempfile
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -41,7 +44,11 @@ SETTINGS_FILE = "mirror.yml"
 SUMS_FILE = "SHA256SUMS"
 FILES_DIR = "files"
 CHUNK = 1 << 20
-TIMEOUT_S = 60.0
+TIMEOUT_S = 60.0  # without a byte
+TOTAL_TIMEOUT_S = 1800.0  # for one file
+MAX_BYTES = (
+    4 << 30
+)  # one file: the largest pinned artifacts (kubelet, images' tarballs) are far below
 
 _SUM_LINE = re.compile(r"^([0-9a-fA-F]{64})\s+\*?(\S.*)\Z")
 _REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._/-]+)?\Z")
@@ -200,32 +207,53 @@ def format_sha256sums(sums: dict[str, str]) -> str:
 
 
 def download(
-    source: str, dest: Path, *, timeout: float = TIMEOUT_S, sha256: str | None = None
+    source: str,
+    dest: Path,
+    *,
+    timeout: float = TIMEOUT_S,
+    sha256: str | None = None,
+    max_bytes: int = MAX_BYTES,
+    total_timeout: float = TOTAL_TIMEOUT_S,
 ) -> str:
     """Copy a local path or download a URL to ``dest`` (written whole or not at all).
 
     With ``sha256``, a copy with another checksum raises :class:`ChecksumError` and
     ``dest`` is left as it was. Returns the sha256 of what was written.
+
+    Bounded, whatever the source sends: at most ``max_bytes``, ``timeout`` seconds without
+    a byte, ``total_timeout`` in all; a local source must be a regular file (a FIFO or a
+    device such as /dev/zero is refused before a byte is read). The copy goes to a temp
+    file of a random name created exclusively next to ``dest`` (a symlink planted there
+    is never followed), removed on every error and on SIGINT/SIGTERM; a full disk is a
+    :class:`MirrorError` naming ``dest``.
     """
     digest = hashlib.sha256()
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.part")
+    fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    tmp = Path(name)
+    deadline = time.monotonic() + total_timeout
     try:
-        with tmp.open("wb") as out:
+        with os.fdopen(fd, "wb") as out:
             if "://" not in source:
-                with Path(source).open("rb") as handle:
-                    _copy(handle, out, digest)
+                with _open_regular(source) as handle:
+                    _copy(handle, out, digest, source, dest, max_bytes, deadline)
             else:
                 try:
                     with urllib.request.urlopen(source, timeout=timeout) as response:
-                        _copy(response, out, digest)
+                        _copy(response, out, digest, source, dest, max_bytes, deadline)
                 except urllib.error.HTTPError as exc:
                     raise MirrorError(f"{source}: HTTP {exc.code} {exc.reason}") from None
+                except TimeoutError:
+                    raise MirrorError(f"{source}: no data for {timeout:.0f} s") from None
                 except (urllib.error.URLError, OSError) as exc:
+                    if isinstance(exc, _WriteError):
+                        raise
                     raise MirrorError(f"{source}: cannot download: {exc}") from None
         if sha256 is not None and digest.hexdigest() != sha256.lower():
             raise ChecksumError(source, sha256.lower(), digest.hexdigest())
         tmp.replace(dest)
+    except _WriteError as exc:
+        raise MirrorError(f"{dest}: cannot write: {exc.__cause__}") from None
     except FileNotFoundError:
         raise MirrorError(f"{source}: no such file") from None
     finally:
@@ -233,13 +261,45 @@ def download(
     return digest.hexdigest()
 
 
-def _copy(src: Any, out: Any, digest: Any) -> None:
+class _WriteError(OSError):
+    """Writing the temp file failed (a full disk): the destination's fault, not the source's."""
+
+
+def _open_regular(source: str) -> Any:
+    """``source`` opened for reading if it is a regular file (never blocks on a FIFO)."""
+    fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise MirrorError(f"{source}: not a regular file (a FIFO, device or directory)")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _copy(
+    src: Any, out: Any, digest: Any, source: str, dest: Path, max_bytes: int, deadline: float
+) -> None:
+    total = 0
     while True:
-        chunk = src.read(CHUNK)
+        chunk = src.read1(CHUNK)
         if not chunk:
             break
+        total += len(chunk)
+        if total > max_bytes:
+            raise MirrorError(f"{source}: more than {max_bytes} bytes; nothing was placed")
+        if time.monotonic() > deadline:
+            raise MirrorError(f"{source}: not complete within the time allowed; nothing was placed")
         digest.update(chunk)
-        out.write(chunk)
+        try:
+            out.write(chunk)
+        except OSError as exc:
+            raise _WriteError(str(dest)) from exc
+    try:
+        out.flush()
+    except OSError as exc:
+        raise _WriteError(str(dest)) from exc
 
 
 def sha256_file(path: Path) -> str:

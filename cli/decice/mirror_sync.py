@@ -489,7 +489,7 @@ def command(
 
     from rich.console import Console
 
-    from decice import spec
+    from decice import interrupt, spec
     from decice.errors import EXIT_OK, EXIT_RUN_FAILED
     from decice.targets.base import helm_binary
 
@@ -500,7 +500,9 @@ def command(
     origin = source_mirror(source) if source is not None else None
     helm = require_helm(helm_binary()) if needs_helm(loaded) else None
     kubespray = offline.list_offline(loaded) if deploys_kubernetes(loaded) else None
-    result = sync(loaded, where, origin, helm, kubespray)
+    # SIGINT/SIGTERM stop the copy where it is (KeyboardInterrupt): its temp file goes
+    with interrupt.handling():
+        result = sync(loaded, where, origin, helm, kubespray)
     if json_out:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
     else:
