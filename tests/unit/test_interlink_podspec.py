@@ -280,3 +280,41 @@ def test_bad_volumes_are_refused(volume, delivered, message):
     spec = {"containers": [c(volumeMounts=[{"name": "v", "mountPath": "/v"}])], "volumes": [volume]}
     with pytest.raises(Unrunnable, match=message):
         parse_pod(request(spec, containers=delivered))
+
+
+@pytest.mark.parametrize(
+    "mount_path",
+    ["/data,/root/.ssh", "/data:/etc", "data", "/data\n", "/da\x07ta"],
+)
+def test_a_mount_path_that_would_be_more_than_one_bind_is_refused(mount_path):
+    """Finding 8 of the second security round: `/data,/root/.ssh` became two apptainer
+    binds. A mountPath is one absolute path without bind separators."""
+    spec = {
+        "containers": [c(volumeMounts=[{"name": "v", "mountPath": mount_path}])],
+        "volumes": [{"name": "v", "emptyDir": {}}],
+    }
+    with pytest.raises(Unrunnable, match=r"mountPath .* is not usable"):
+        parse_pod(request(spec))
+
+
+@pytest.mark.parametrize(
+    "image", ["--bind=/://host", "-x", "ubuntu 22.04", "ubuntu\n--bind=/:/host", "a" * 600]
+)
+def test_an_image_that_would_be_an_option_or_two_words_is_refused(image):
+    with pytest.raises(Unrunnable, match="is not an image reference"):
+        parse_pod(request({"containers": [c(image=image)]}))
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "ubuntu:22.04",
+        "docker://ghcr.io/org/app:1.2",
+        "registry.local:5000/a/b@sha256:" + "0" * 64,
+        "/shared/images/app.sif",
+        "oras://registry/app:latest",
+    ],
+)
+def test_real_image_references_are_taken(image):
+    spec = parse_pod(request({"containers": [c(image=image)]}))
+    assert spec.containers[0].image == image

@@ -31,6 +31,10 @@ TIME_RE = re.compile(r"^(\d+-)?\d+(:\d+){0,2}\Z|^UNLIMITED\Z|^INFINITE\Z")
 NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}\Z")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+\Z")
+# an image as a pod names it (docker.io/x:1, registry:5000/a/b@sha256:..., docker://..,
+# /path/to.sif): never an option to apptainer, never more than one word
+IMAGE_RE = re.compile(r"^[A-Za-z0-9/._][A-Za-z0-9._:/@+=-]{0,511}\Z")
+BIND_UNSAFE = ",:"  # apptainer's --bind separators
 FIELD_PATHS = {
     "metadata.name": lambda p: p["metadata"].get("name", ""),
     "metadata.namespace": lambda p: p["metadata"].get("namespace", "default"),
@@ -88,6 +92,10 @@ class PodSpec:
     init_containers: list[Container]
     containers: list[Container]
     volumes: dict[str, Volume]
+
+
+def _control(value: str) -> bool:
+    return any(ord(ch) < 32 or ord(ch) == 127 for ch in value)
 
 
 def _where(ref_name: str, what: str) -> str:
@@ -351,15 +359,29 @@ def _containers(
             delivered = req.volumes.get(cname, Volumes())
             volumes[vname] = _volume(spec_vols[vname], delivered, label, volumes)
             path = str(m.get("mountPath") or "")
-            if not path.startswith("/") or "\n" in path or ":" in path:
+            if not path.startswith("/") or any(ch in path for ch in BIND_UNSAFE) or _control(path):
                 raise Unrunnable(
-                    _where(label, f"container {cname}: mountPath {path!r} is not usable")
+                    _where(
+                        label,
+                        f"container {cname}: mountPath {path!r} is not usable "
+                        "(an absolute path without ',' or ':', which would make it more "
+                        "than one apptainer bind)",
+                    )
                 )
             mounts.append(Mount(vname, path, bool(m.get("readOnly"))))
+        image = str(c.get("image") or "")
+        if image and not IMAGE_RE.match(image):  # none: the bare runtime needs none
+            raise Unrunnable(
+                _where(
+                    label,
+                    f"container {cname}: image {image[:80]!r} is not an image reference "
+                    "(it may not start with '-' or hold blanks or control characters)",
+                )
+            )
         out.append(
             Container(
                 name=cname,
-                image=str(c.get("image") or ""),
+                image=image,
                 command=_strings(c.get("command"), _where(label, f"container {cname}.command")),
                 args=_strings(c.get("args"), _where(label, f"container {cname}.args")),
                 env=_env(c, pod, req, label),
