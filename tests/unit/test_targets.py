@@ -131,3 +131,26 @@ def test_up_check_on_static_shows_the_kubespray_command(tmp_path: Path) -> None:
     assert "ansible-playbook" in note
     assert not cache.exists(), "check mode fetched or built something"
     assert not (tmp_path / ".decice" / "kubeconfig").exists()
+
+
+@pytest.mark.parametrize(
+    ("target", "variable", "unset"),
+    [
+        ("slurm", "SLURM_JOB_NODELIST", ("SLURM_JOB_NODELIST", "SLURM_NODELIST")),
+        ("pbs", "PBS_NODEFILE", ("PBS_NODEFILE",)),
+    ],
+)
+def test_a_job_target_outside_a_job_names_the_spec_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str, variable: str, unset: tuple
+) -> None:
+    """Finding 12 of the second security round: the environment error named no file."""
+    for name in unset:
+        monkeypatch.delenv(name, raising=False)
+    spec = tmp_path / "decice.yaml"
+    spec.write_text(f"name: job\n\ntarget: {target}\n")
+    loaded = load(spec)
+    with pytest.raises(InputError) as refused:
+        targets.get(target).allocate(loaded)
+    message = str(refused.value)
+    assert message.startswith(f"{spec}:3: target: {target}: {variable} is not set"), message
+    assert "fix: " in message

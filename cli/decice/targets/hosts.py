@@ -6,7 +6,8 @@ playbooks; the `kubernetes` phase of `up`/`reset` is Kubespray (decice.kubespray
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,26 @@ if TYPE_CHECKING:
     from decice.allocation import Allocation
     from decice.spec import LoadedSpec
     from decice.spec_model import Spec
+
+
+@contextlib.contextmanager
+def _naming_the_spec(loaded: LoadedSpec) -> Iterator[None]:
+    """An error about the job's environment names the spec line that asked for the job's
+    hosts (``<file>:<line>: target: ...``), as every spec error does."""
+    from decice import yamlpos
+    from decice.errors import InputError
+
+    try:
+        yield
+    except InputError as exc:
+        try:
+            line = yamlpos.load(loaded.text).locate(("target",)).line
+        except yamlpos.YamlSyntaxError:  # pragma: no cover - the spec was loaded from it
+            line = 1
+        message = str(exc).removeprefix(f"target {loaded.spec.target}: ")
+        raise InputError(
+            f"{loaded.label}:{line}: target: {loaded.spec.target}: {message}"
+        ) from None
 
 
 class KubesprayHosts(Target):
@@ -67,7 +88,8 @@ class Slurm(KubesprayHosts):
     def allocate(self, loaded: LoadedSpec, *, create: bool = False) -> Allocation:
         from decice.allocation import slurm
 
-        return slurm.from_environment()
+        with _naming_the_spec(loaded):
+            return slurm.from_environment()
 
 
 class Pbs(KubesprayHosts):
@@ -78,7 +100,8 @@ class Pbs(KubesprayHosts):
     def allocate(self, loaded: LoadedSpec, *, create: bool = False) -> Allocation:
         from decice.allocation import pbs
 
-        return pbs.from_environment()
+        with _naming_the_spec(loaded):
+            return pbs.from_environment()
 
 
 class Lab(KubesprayHosts):
