@@ -182,6 +182,17 @@ def test_cli_up_idempotent_down_zero_leftovers_psk_nowhere(
         cloudcore = apps.read_namespaced_deployment("cloudcore", "kubeedge")
         assert cloudcore.spec.template.spec.containers[0].image == f"kubeedge/cloudcore:{tag}"
 
+        # the charts unpacked below the state dir (EdgeMesh's and Sedna's crds/ moved out)
+        # are private like everything there: files 0600, directories 0700
+        unpacked = list((state / "addons" / "charts").rglob("*"))
+        assert any(p.name == "Chart.yaml" for p in unpacked), unpacked[:5]
+        loose = {
+            str(p): oct(p.stat().st_mode & 0o777)
+            for p in [state / "addons", state / "addons" / "charts", *unpacked]
+            if p.stat().st_mode & 0o777 != (0o700 if p.is_dir() else 0o600)
+        }
+        assert loose == {}, loose
+
         # EdgeMesh: a PSK of decice's (0600), relay = the control-plane node, the Service label
         psk_file = state / "addons" / "edgemesh-psk"
         assert psk_file.stat().st_mode & 0o777 == 0o600
@@ -272,3 +283,5 @@ def test_cli_up_idempotent_down_zero_leftovers_psk_nowhere(
     finally:
         reset = run_decice(tmp_path, "reset", "--yes", "--json", timeout=600)
     assert reset.returncode == 0, reset.stderr[-4000:]
+    # reset forgets the cluster's add-on state (API baseline, unpacked charts, PSK)
+    assert not (state / "addons").exists(), sorted(p.name for p in (state / "addons").iterdir())

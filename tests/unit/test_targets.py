@@ -154,3 +154,24 @@ def test_a_job_target_outside_a_job_names_the_spec_line(
     message = str(refused.value)
     assert message.startswith(f"{spec}:3: target: {target}: {variable} is not set"), message
     assert "fix: " in message
+
+
+def test_reset_forgets_the_clusters_addon_state_and_never_follows_a_link(tmp_path: Path) -> None:
+    """Finding 11 of the second security round: the unpacked charts (and the EdgeMesh PSK)
+    outlived reset. forget_cluster_addons is what both reset paths (sim, Kubespray) call."""
+    from decice.targets.base import addons_state_dir, forget_cluster_addons
+
+    state = tmp_path / ".decice"
+    charts = addons_state_dir(state) / "charts" / "sedna-0123456789abcdef" / "chart"
+    charts.mkdir(parents=True)
+    (charts / "Chart.yaml").write_text("name: sedna\n")
+    (addons_state_dir(state) / "edgemesh-psk").write_text("secret\n")
+    forget_cluster_addons(state)
+    assert not addons_state_dir(state).exists() and state.is_dir()
+    forget_cluster_addons(state)  # nothing there: nothing to do
+
+    victim = tmp_path / "victim"
+    (victim / "keep").mkdir(parents=True)
+    addons_state_dir(state).symlink_to(victim)
+    forget_cluster_addons(state)
+    assert not addons_state_dir(state).is_symlink() and (victim / "keep").is_dir()

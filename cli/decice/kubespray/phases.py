@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from decice import baselines
 from decice.kubespray import edge, render, run
 from decice.records import RUNS_DIR
-from decice.targets.base import Phase, PhaseContext, api_baseline_path, kubeconfig_path
+from decice.targets.base import Phase, PhaseContext, forget_cluster_addons, kubeconfig_path
 
 if TYPE_CHECKING:
     from decice.spec import LoadedSpec
@@ -125,11 +125,11 @@ def reset(
     progress: Log = _ignore,
     note: Log = _ignore,
 ) -> str:
-    """reset.yml, then forget what the cluster was: kubeconfig, API baseline, admin.conf."""
+    """reset.yml, then forget what the cluster was: kubeconfig, add-on state, admin.conf."""
     prepared = prepare(given, inventory, run_dir, progress=progress, note=note)
     _private_artifacts(prepared.artifacts_dir)
     run.reset(prepared, kubeconfig, progress=progress, note=note)
-    api_baseline_path(state_dir).unlink(missing_ok=True)  # its cluster is gone
+    forget_cluster_addons(state_dir)  # its cluster is gone: API baseline, charts, PSK
     removed = remove_admin_confs(state_dir)  # its credentials are void, but never kept
     summary = (
         f"kubespray {prepared.source.tag} reset.yml (flush_iptables/reset_restart_network off)"

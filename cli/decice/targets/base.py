@@ -13,6 +13,7 @@ the phase would do and changes nothing.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,9 +47,22 @@ def helm_binary() -> str:
     return shutil.which("helm") or "helm"
 
 
-def api_baseline_path(state_dir: Path) -> Path:
-    """The cluster's API objects before the first add-on (the addons play writes it)."""
-    return state_dir.resolve() / "addons" / "api-baseline.json"
+def addons_state_dir(state_dir: Path) -> Path:
+    """What the add-on roles keep of one cluster: its API baseline (the cluster's objects
+    before the first add-on, api-baseline.json), the unpacked charts,
+    the sim adaptation reports, the EdgeMesh PSK."""
+    return state_dir.resolve() / "addons"
+
+
+def forget_cluster_addons(state_dir: Path) -> None:
+    """Remove :func:`addons_state_dir` once its cluster is gone (reset): none of it means
+    anything for the next cluster, and the PSK is a secret (a planted symlink there is
+    removed, never followed)."""
+    path = addons_state_dir(state_dir)
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
 
 
 @dataclass(frozen=True)

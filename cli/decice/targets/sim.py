@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from decice.errors import RunFailedError
-from decice.targets.base import Phase, PhaseContext, Target, api_baseline_path, kubeconfig_path
+from decice.targets.base import (
+    Phase,
+    PhaseContext,
+    Target,
+    forget_cluster_addons,
+    kubeconfig_path,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -162,6 +168,7 @@ def reset_kubernetes(ctx: PhaseContext) -> str:
     root = data_dir(ctx.state_dir)
     if not root.exists():
         ctx.kubeconfig.unlink(missing_ok=True)
+        forget_cluster_addons(ctx.state_dir)
         return "nothing was running"
     ctx.progress("stopping the scheduler and the node agent")
     scheduler_service.stop(ctx.state_dir)
@@ -177,7 +184,7 @@ def reset_kubernetes(ctx: PhaseContext) -> str:
         remove_data_dir(plane_dir)
     shutil.rmtree(root)
     ctx.kubeconfig.unlink(missing_ok=True)
-    api_baseline_path(ctx.state_dir).unlink(missing_ok=True)  # its cluster is gone
+    forget_cluster_addons(ctx.state_dir)  # its cluster is gone
     return "scheduler, control plane and node agent stopped; data removed"
 
 
