@@ -6,7 +6,9 @@ Transport-free (JSON-able values in and out); ``server`` puts HTTP around them.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -14,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from decice.interlink import api, slurm
-from decice.interlink.errors import BadRequest, PluginError, Unrunnable
+from decice.interlink.errors import BadRequest, PluginError, Unrunnable, UsageError
 from decice.interlink.jobscript import JOB_PREFIX, Defaults, Runtime, write_job_dir
 from decice.interlink.podspec import PodSpec, Size, parse_pod
 from decice.interlink.status import JobView, container_status
@@ -63,7 +65,18 @@ class Plugin:
             self._queue = None
 
     def ensure_dirs(self) -> None:
-        self.config.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        """The data dir and its parts, private: one that exists is taken only when it is a
+        directory of this user (not a link), and made 0700 if it was open to others."""
+        data = self.config.data_dir
+        data.mkdir(mode=0o700, parents=True, exist_ok=True)
+        found = data.lstat()
+        if not stat.S_ISDIR(found.st_mode):
+            raise UsageError(f"--data-dir {data}: not a directory (a link or a file is there)")
+        if found.st_uid != os.geteuid():
+            raise UsageError(f"--data-dir {data}: owned by uid {found.st_uid}, not this user")
+        if found.st_mode & 0o077:
+            log.warning("--data-dir %s was %o: made 0700", data, found.st_mode & 0o777)
+            data.chmod(0o700)
         self.store.ensure()
         self.jobs.mkdir(mode=0o700, exist_ok=True)
         self.jobs.chmod(0o700)

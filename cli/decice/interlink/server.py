@@ -20,6 +20,7 @@ import os
 import socket
 import socketserver
 import stat
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,6 +33,10 @@ from decice.interlink.plugin import Plugin
 log = logging.getLogger("decice.interlink")
 
 MAX_BODY = 64 * 2**20
+IDLE_TIMEOUT = 30.0  # seconds a connection may send nothing before it is closed
+MAX_CONNECTIONS = 64  # served at once; one more is closed at once (interLink keeps a few)
+_DIGITS = frozenset(b"0123456789")
+_HEX = frozenset(b"0123456789abcdefABCDEF")
 UNIX_PATH_MAX = 107  # sun_path holds 108 bytes with the final NUL
 
 
@@ -106,6 +111,7 @@ def _routes(plugin: Plugin) -> dict[tuple[str, str], Callable[[Any], Any]]:
 class Handler(BaseHTTPRequestHandler):
     server_version = "decice-interlink-slurm"
     protocol_version = "HTTP/1.1"
+    timeout = IDLE_TIMEOUT  # an idle connection is closed, its thread freed
     plugin: Plugin
     token: str | None
 
@@ -119,29 +125,43 @@ class Handler(BaseHTTPRequestHandler):
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             raw = self._chunked()
         else:
-            length = int(self.headers.get("Content-Length") or 0)
+            text = (self.headers.get("Content-Length") or "0").strip()
+            if not text or not _DIGITS.issuperset(text.encode()) or len(text) > 12:
+                raise BadRequest(f"Content-Length {text[:20]!r} is not a byte count")
+            length = int(text)
             if length > MAX_BODY:
                 raise BadRequest(f"request body over {MAX_BODY} bytes")
             raw = self.rfile.read(length) if length else b""
+            if len(raw) < length:
+                raise BadRequest("request body shorter than its Content-Length")
         if not raw.strip():
             return None
         try:
             return json.loads(raw)
+        except RecursionError:
+            raise BadRequest("request body is JSON nested too deep") from None
         except ValueError as exc:
             raise BadRequest(f"request body is not JSON: {exc}") from exc
 
     def _chunked(self) -> bytes:
         out = bytearray()
         while True:
-            size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            line = self.rfile.readline(64).split(b";")[0].strip()
+            if not line or not _HEX.issuperset(line) or len(line) > 8:
+                raise BadRequest(f"chunk size {line[:20]!r} is not a hex byte count")
+            size = int(line, 16)
             if size == 0:
-                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                    pass
+                for _ in range(100):  # trailer lines, then the blank one
+                    if self.rfile.readline(8192) in (b"\r\n", b"\n", b""):
+                        break
                 return bytes(out)
-            out += self.rfile.read(size)
-            self.rfile.readline()
-            if len(out) > MAX_BODY:
+            if len(out) + size > MAX_BODY:
                 raise BadRequest(f"request body over {MAX_BODY} bytes")
+            chunk = self.rfile.read(size)
+            if len(chunk) < size:
+                raise BadRequest("request body ends inside a chunk")
+            out += chunk
+            self.rfile.readline(64)
 
     def _send(self, code: int, payload: Any) -> None:
         if isinstance(payload, str):
@@ -167,17 +187,21 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if not self._authorized():
                 code = 401
+                self.close_connection = True  # its body is not read: no next request
                 self._send(code, "missing or wrong bearer token")
                 return
             route = _routes(self.plugin).get((method, path))
             if route is None:
                 code = 404
+                self.close_connection = True
                 self._send(code, f"no route {method} {path}")
                 return
             result = route(self._body())
             self._send(code, result)
         except PluginError as exc:
             code = exc.status
+            if isinstance(exc, BadRequest):
+                self.close_connection = True  # the framing may be off: start afresh
             self._send(code, str(exc))
         except Exception:
             code = 500
@@ -198,9 +222,31 @@ class Handler(BaseHTTPRequestHandler):
         self._handle("DELETE")
 
 
-class UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
+class _Bounded:
+    """At most MAX_CONNECTIONS connections served at once; one more is closed at once
+    (with an idle timeout per connection, a client can no longer hold a thread each)."""
 
+    daemon_threads = True
+    _slots: threading.BoundedSemaphore | None = None
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if self._slots is None:
+            self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        if not self._slots.acquire(blocking=False):
+            log.warning("more than %d connections at once: one closed", MAX_CONNECTIONS)
+            self.shutdown_request(request)  # type: ignore[attr-defined]
+            return
+        super().process_request(request, client_address)  # type: ignore[misc]
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)  # type: ignore[misc]
+        finally:
+            assert self._slots is not None
+            self._slots.release()
+
+
+class UnixHTTPServer(_Bounded, socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     def server_bind(self) -> None:
         path = str(self.server_address)
         old = os.umask(0o177)
@@ -209,6 +255,10 @@ class UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
         finally:
             os.umask(old)
         Path(path).chmod(0o600)
+
+
+class TCPServer(_Bounded, ThreadingHTTPServer):
+    pass
 
 
 def _clear_stale_socket(path: Path) -> None:
@@ -236,7 +286,7 @@ def make_server(plugin: Plugin, listen: Listen, token: str | None) -> socketserv
             return UnixHTTPServer(str(path), handler)
         if token is None:
             raise UsageError("--listen tcp:... needs --token-file (a 0600 file with the token)")
-        server = ThreadingHTTPServer((listen.host, listen.port), handler)
+        server = TCPServer((listen.host, listen.port), handler)
     except OSError as exc:
         raise UsageError(f"--listen {listen}: cannot listen there ({exc.strerror or exc})") from exc
     server.daemon_threads = True
