@@ -19,6 +19,8 @@ import re
 import socket
 import subprocess
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -113,6 +115,14 @@ def _score(api: client.CoreV1Api, name: str = "decice-test-score") -> Any:
         raise
 
 
+def _http_code(url: str, headers: dict[str, str] | None = None) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=10):
+            return 200
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
 def test_sim_up_schedules_then_down_and_reset_stop_it(tmp_path: Path) -> None:
     require_sim()
     (tmp_path / "decice.yaml").write_text(SPEC)
@@ -128,6 +138,17 @@ def test_sim_up_schedules_then_down_and_reset_stop_it(tmp_path: Path) -> None:
         assert sched["scheduled"] >= 1  # the smoke pod
         assert sched["drift"] == 0
         assert sched["metrics_url"].startswith("http://127.0.0.1:")
+        # /debug/* need the token of a 0600 file in the state dir (another local user reaches
+        # 127.0.0.1 too); /metrics and the probes stay open
+        token_file = scheduler_service.debug_token_file(tmp_path / ".decice")
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        token = token_file.read_text().strip()
+        assert _http_code(sched["metrics_url"] + "/debug/state") == 401
+        wrong = {"Authorization": "Bearer " + "x" * 64}
+        assert _http_code(sched["metrics_url"] + "/debug/state", wrong) == 403
+        mine = {"Authorization": f"Bearer {token}"}
+        assert _http_code(sched["metrics_url"] + "/debug/state", mine) == 200
+        assert _http_code(sched["metrics_url"] + "/metrics") == 200
         node_names = {f"w-{i}" for i in range(3)} | {"g-0"}
         smoke_node = phase["note"].split(" bound to ")[1].split(",")[0]
         assert smoke_node in node_names, phase["note"]

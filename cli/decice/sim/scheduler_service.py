@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import copy
 import json
+import secrets
 import socket
 import sys
 import time
@@ -73,6 +74,21 @@ SMOKE_NAMESPACE: str = _VERIFY["smoke_pod"]["metadata"]["namespace"]
 
 def scheduler_dir(state_dir: Path) -> Path:
     return state_dir / "sim" / SCHEDULER_DIR
+
+
+def debug_token_file(state_dir: Path) -> Path:
+    """The bearer token of the sim scheduler's ``/debug/*`` (0600): another local user
+    reaches 127.0.0.1 too, and /debug/state names every pod and node."""
+    return scheduler_dir(state_dir) / "debug-token"
+
+
+def _debug_token(state_dir: Path) -> Path:
+    """The token file, made once per scheduler directory (kept across restarts)."""
+    path = debug_token_file(state_dir)
+    if not path.is_file() or path.is_symlink():
+        procs.private_dir(path.parent)
+        procs.write_private(path, secrets.token_hex(32) + "\n")
+    return path
 
 
 def settings_of(kubeconfig: Path, spec: SchedulerSpec) -> dict[str, Any]:
@@ -197,7 +213,8 @@ def ensure(state_dir: Path, kubeconfig: Path, spec: SchedulerSpec) -> dict[str, 
             qps=spec.qps,
             burst=spec.burst,
             config=profile,
-            host="127.0.0.1",  # loopback, debug endpoints without a token: this user's own
+            host="127.0.0.1",
+            token_file=_debug_token(state_dir),  # /debug/* for this user only
             extra=placement_flags(spec),
         )
         return procs.Launch(argv, {"metrics_url": f"http://127.0.0.1:{port}"})
