@@ -161,7 +161,35 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-class _ThreadingHTTPServer6(ThreadingHTTPServer):
+IDLE_TIMEOUT = 10.0  # seconds a connection may send nothing before it is closed
+MAX_CONNECTIONS = 32  # served at once; one more is closed at once
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    """At most MAX_CONNECTIONS connections at once (each times out when idle): a local
+    client opening hundreds can no longer hold a thread each."""
+
+    daemon_threads = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            log.warning("metrics server: more than %d connections at once", MAX_CONNECTIONS)
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
+class _BoundedServer6(_BoundedServer):
     address_family = socket.AF_INET6
 
 
@@ -189,6 +217,8 @@ class MetricsServer:
         window = AuditWindow(audit_window)
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = IDLE_TIMEOUT  # an idle connection is closed, its thread freed
+
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("http: " + format, *args)
 
@@ -262,9 +292,8 @@ class MetricsServer:
                     return
                 self._send(200, json.dumps(data).encode(), "application/json")
 
-        server = _ThreadingHTTPServer6 if ":" in host else ThreadingHTTPServer
+        server = _BoundedServer6 if ":" in host else _BoundedServer
         self._server = server((host, port), Handler)
-        self._server.daemon_threads = True
         self.host = host
         self.port = self._server.server_address[1]
         self.authenticated = auth.enabled

@@ -4,6 +4,7 @@ the metrics server enforcing them over real HTTP on loopback."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -29,6 +30,7 @@ from decice_scheduler.debugaccess import (
     require_token_off_loopback,
 )
 from decice_scheduler.metrics import Metrics, MetricsServer
+from tests.support import wait_for
 
 pytestmark = pytest.mark.unit
 
@@ -345,3 +347,32 @@ def test_sim_argv_leaves_the_loopback_default_and_passes_a_token_file(tmp_path: 
     assert argv[argv.index("--metrics-host") + 1] == "0.0.0.0"
     assert argv[argv.index("--debug-token-file") + 1] == str(path)
     assert TOKEN not in " ".join(argv)
+
+
+def _healthy(port: int) -> bool:
+    return request(port, "/healthz")[0] == 200
+
+
+def test_idle_and_surplus_connections_do_not_hold_the_server(
+    calls: Calls, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding 10 of the second security round: 200 idle connections held 200 threads for
+    over a minute. Now an idle connection is closed after the idle timeout, one beyond the
+    bound at once, and the server answers the next request."""
+    import socket
+
+    from decice_scheduler import metrics
+
+    monkeypatch.setattr(metrics, "IDLE_TIMEOUT", 1.0)
+    monkeypatch.setattr(metrics, "MAX_CONNECTIONS", 3)
+    for server in serve(calls, token=TOKEN):
+        held = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(3)]
+        try:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=10) as extra:
+                assert extra.recv(10) == b""  # closed at once: no thread for it
+            for sock in held:
+                assert sock.recv(10) == b""  # each closed by the idle timeout
+        finally:
+            for sock in held:
+                sock.close()
+        wait_for("served again", functools.partial(_healthy, server.port), 10)
