@@ -14,6 +14,7 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -206,3 +207,90 @@ def test_cancel_all_cancels_what_is_left(plugin: Plugin) -> None:
     )
     assert {line.rsplit(" ", 1)[-1] for line in out.splitlines()} == jids
     assert not jids & set(plugin.active_jobs())
+
+
+# Rendered and checked on the login host by the real sbatch: `--test-only -v` lists the
+# options in effect ("defined options") without submitting.
+SBATCH_CHECK = r"""
+import json, subprocess, sys
+from pathlib import Path
+from decice.interlink.api import parse_create
+from decice.interlink.jobscript import Defaults, Runtime, write_job_dir
+from decice.interlink.podspec import parse_pod
+from decice.interlink.slurm import SBATCH
+
+out = {}
+for i, body in enumerate(json.loads(Path(sys.argv[1]).read_text())):
+    req = parse_create(body)
+    job = Path(sys.argv[2]) / f"j{i}"
+    script = write_job_dir(job, req.ref, parse_pod(req), Runtime("bare"), Defaults())
+    done = subprocess.run([*SBATCH, "--test-only", "-v", str(script)], capture_output=True,
+                          text=True)
+    out[str(job)] = done.stdout + done.stderr
+print(json.dumps(out))
+"""
+
+
+def _defined_options(verbose: str) -> dict[str, str]:
+    """sbatch -v's "defined options" block: option -> value."""
+    options, inside = {}, False
+    for line in verbose.splitlines():
+        text = line.removeprefix("sbatch: ").strip()
+        if text.startswith("defined options"):
+            inside = True
+        elif text.startswith("end of defined options"):
+            inside = False
+        elif inside and ":" in text and not text.startswith("-"):
+            name, value = text.split(":", 1)
+            options[name.strip()] = value.strip()
+    return options
+
+
+def test_hostile_pods_set_no_sbatch_option_the_plugin_did_not(plugin: Plugin) -> None:
+    """Second security round, findings 2 and 3, with the real sbatch: a pod's newline plus
+    `#PBS`/`#BSUB`/`#SBATCH` in args or workingDir, and its allowed flags, leave exactly the
+    options the plugin set (output and chdir its job directory), and `--ignore-pbs` is what
+    keeps a `#PBS` line from counting (the same script without it takes the path)."""
+    hostile = [
+        ("args", ["a\n#PBS -o /tmp/pwned-o\nb", "#BSUB -cwd /tmp", "x\n#SBATCH --error=/tmp/e"]),
+        ("workingDir", "/tmp\n#PBS -e /tmp/pwned-e"),
+    ]
+    bodies = []
+    for field, value in hostile:
+        body = pod(f"hostile-{field.lower()}", "true")
+        body["spec"]["containers"][0][field] = value
+        body["metadata"]["annotations"] = {"slurm-job.vk.io/flags": "--comm=ok"}  # --comment
+        bodies.append({"pod": body, "container": [{"name": "main"}]})
+    shared = plugin.info.shared_dir
+    (Path(shared) / "il" / "pods.json").write_text(json.dumps(bodies))
+    (Path(shared) / "il" / "check.py").write_text(SBATCH_CHECK)
+    for name in ("pods.json", "check.py"):
+        shutil.chown(Path(shared) / "il" / name, LAB_UID, LAB_UID)
+    raw = plugin.sh(
+        f"mkdir -p {BASE}/checked && "
+        f"PYTHONPATH={BASE}/app python3 {BASE}/check.py {BASE}/pods.json {BASE}/checked"
+    )
+    results = json.loads(raw)
+    assert len(results) == 2, results
+    plugin_set = {"job-name", "output", "chdir", "export", "nodes", "ntasks", "cpus-per-task"}
+    for job, verbose in results.items():
+        options = _defined_options(verbose)
+        assert options, verbose  # the block was found
+        assert options["output"] == f"{job}/job.out", options
+        assert options["chdir"] == job, options
+        assert "error" not in options, options
+        assert options.get("comment") == "ok", options
+        extra = set(options) - plugin_set - {"mem", "comment", "test-only", "verbose", "parsable"}
+        extra -= {"ignore-pbs", "mem-per-node", "mincpus", "export-env", "time"}
+        assert not extra, (job, sorted(extra), verbose)
+        assert "pwned" not in verbose and "/tmp/e" not in verbose, verbose
+
+    # the control: a #PBS line right after the header counts unless --ignore-pbs is given
+    probe = f"{BASE}/checked/pbs.sh"
+    lines = "#!/bin/bash\\n#SBATCH --output=/dev/null\\n#PBS -o /tmp/pbs-out\\ntrue\\n"
+    plugin.sh(f"printf '{lines}' > {probe}")
+    test_only = "sbatch --test-only -v"
+    without = _defined_options(plugin.sh(f"{test_only} {probe} 2>&1 || true"))
+    with_it = _defined_options(plugin.sh(f"{test_only} --ignore-pbs {probe} 2>&1 || true"))
+    assert without.get("output") == "/tmp/pbs-out", without
+    assert with_it.get("output") == "/dev/null", with_it

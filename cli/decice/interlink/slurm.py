@@ -45,10 +45,14 @@ def _run(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProc
     return proc
 
 
+# sbatch reads #PBS and #BSUB lines as directives too unless told not to: only the
+# plugin's own #SBATCH lines count
+SBATCH = ("sbatch", "--parsable", "--ignore-pbs")
+
+
 def sbatch(script: Path) -> str:
-    """Submit ``script``; its job id. sbatch reads ``#PBS`` and ``#BSUB`` lines as
-    directives too unless told not to: only the plugin's ``#SBATCH`` lines count."""
-    out = _run(["sbatch", "--parsable", "--ignore-pbs", str(script)]).stdout.strip()
+    """Submit ``script``; its job id."""
+    out = _run([*SBATCH, str(script)]).stdout.strip()
     jid = out.split(";")[0].strip()
     if not jid.isdigit():
         raise SlurmError(f"sbatch answered {out!r}, not a job id")
