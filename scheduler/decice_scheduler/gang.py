@@ -13,9 +13,10 @@ atomic with respect to every other scheduling decision:
    *placed*; later members of a placed group are placed one by one.
 3. Not enough, but every pending member fits (peers have not arrived yet): they stay
    reserved (assumed, not bound) and the group *waits*, until its timeout.
-4. Otherwise nothing new is reserved: the new assumptions are forgotten, the members
-   are parked until a cluster event, and each gets a FailedScheduling event naming
-   the group.
+4. Otherwise nothing new is reserved: the new assumptions are forgotten, and the
+   group's earlier reservations are released too (a group holds room only while every
+   pending member fits); the members are parked until a cluster event, each with a
+   FailedScheduling event naming the group, and the freed room goes to other pods.
 
 Two groups never deadlock: a group reserves only when all its pending members fit, so
 a complete group is never blocked by a partial reservation of its own, and a partial
@@ -311,8 +312,20 @@ class GangScheduler:
             f"minMember {spec.min_member} needs {need} ({len(group.bound) + len(group.binding)} "
             f"bound, {len(group.reserved)} reserved); {detail}"
         )
+        # a member that does not fit ends the group's claim to hold room: its reservations
+        # go too, at once (held until the timeout they starved every other pod that fits
+        # there), and the room they free is offered to the others
+        released = list(group.reserved) if unfit else []
+        for u in released:
+            group.reserved.pop(u)
+            state.forget(u)
+        if released:
+            self._reservations_changed(group)
+            message += "; its reservations are released"
         self.metrics.unschedulable.inc()
-        self._park(claimed, message)
+        self._park([*claimed, *released], message)
+        if released:
+            self.queue.cluster_changed()
         return start
 
     def _bind_all(

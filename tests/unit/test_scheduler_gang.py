@@ -499,3 +499,28 @@ def test_queue_claim_and_prioritise() -> None:
     q.unschedulable("b")
     q.prioritise(["c", "b"])
     assert [q._try_pop() for _ in range(3)] == ["c", "b", "a"]
+
+
+def test_a_member_that_does_not_fit_releases_the_groups_holds_at_once() -> None:
+    """#33's liveness defect: a waiting group kept the members it had reserved while its
+    later members did not fit, and the room they held starved a group that fitted, until
+    the timeout. Now the trial that finds a member not fitting releases every hold of the
+    group: the other group is placed after its backoff (at most a second here), not the
+    first group's 600 s timeout."""
+    h = Harness(2)  # two nodes of one CPU
+    h.add(member("a0", "a", 3, timeout="600"))
+    h.drain()
+    assert h.assumed() == {"a0"} and len(h.group("a")["reserved"]) == 1
+    h.add(member("b0", "b", 2, timeout="600"))
+    h.add(member("b1", "b", 2, timeout="600"))
+    h.drain()
+    assert not h.binds.calls  # b needs both nodes; a holds one
+    h.add(member("a1", "a", 3, timeout="600", cpu="2"))  # fits no node
+    h.drain()
+    assert h.group("a")["reserved"] == []
+    assert any("its reservations are released" in m for m in h.events.for_pod("a0"))
+    h.clock.now += 1.1  # the parked pods' backoff, woken by the release
+    h.drain()
+    assert h.bound_names() == {"b0", "b1"}  # the freed room went to the group that fits
+    assert not {pod_uid(h.pods[n]) for n in ("a0", "a1")} & set(h.state.assumed_pods())
+    assert h.queue.depth()["in_flight"] == 2  # b0 and b1, bound but not yet seen bound
