@@ -10,6 +10,7 @@ its node group (``decice.io/sim-group``) and removes its pods.
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import threading
 import time
@@ -279,8 +280,10 @@ def test_group_of_four_with_room_for_three_binds_none_until_a_node_is_added(
         # (and tells why), which releases the three at once: a group holds room only while
         # every pending member fits (#33: partial holds starved other pods until timeout)
         ev = wait_for("FailedScheduling", failed_scheduling_event(core, NS, "four-3"), 20)
-        assert f"pod group {NS}/gfour: 0 of 1 waiting members fit" in ev.message
-        assert "its reservations are released" in ev.message
+        # the trial that finds four-3 not fitting may hold one or more members (their
+        # creation races the loop): whatever it reserved before is released
+        assert re.search(rf"pod group {NS}/gfour: \d of \d waiting members fit", ev.message)
+        assert "its reservations are released" in ev.message, ev.message
         assert group_state(sched, "gfour")["reserved"] == []
         assert stays(lambda: not bound(core, "four-"), 2.0)
         assert group_state(sched, "gfour")["state"] == "waiting"
