@@ -131,10 +131,9 @@ def run_tasks(
 
 
 @contextlib.contextmanager
-def served_directory(root: Path) -> Iterator[str]:
-    """``root`` served read-only over HTTP on 127.0.0.1 (a free port); yields the base URL."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
+def served(handler: Any) -> Iterator[str]:
+    """An HTTP server with ``handler`` on 127.0.0.1 (a free port, a thread per request);
+    yields the base URL."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -144,6 +143,15 @@ def served_directory(root: Path) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+@contextlib.contextmanager
+def served_directory(root: Path) -> Iterator[str]:
+    """``root`` served read-only over HTTP on 127.0.0.1 (a free port); yields the base URL."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
+    with served(handler) as url:
+        yield url
 
 
 def pid_alive(pid: int) -> bool:

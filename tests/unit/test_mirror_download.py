@@ -11,16 +11,15 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from decice import mirror
-from tests.support import REPO, require, wait_for
+from tests.support import REPO, require, served, wait_for
 
 pytestmark = pytest.mark.unit
 
@@ -48,15 +47,8 @@ class _Hostile(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def hostile() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with served(_Hostile) as url:
+        yield url
 
 
 def _left(directory: Path) -> list[str]:
