@@ -89,18 +89,36 @@ def test_bad_framing_is_a_400_and_a_closed_connection(
     assert says in answer, answer[:400]
 
 
-def test_a_body_left_after_a_refusal_is_never_the_next_request(port: int) -> None:
-    """After a 401 (its body unread) the connection closes: the body, an HTTP request
-    itself, is not served (it was: a 501 page echoing it)."""
-    smuggled = b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"
-    raw = (
-        b"POST /create HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n"
-        + f"Content-Length: {len(smuggled)}\r\n\r\n".encode()
-        + smuggled
-    )
+@pytest.mark.parametrize(
+    ("first", "framing"),
+    [
+        ("POST /create HTTP/1.1\r\nAuthorization: Bearer wrong", "length"),
+        ("POST /nowhere HTTP/1.1\r\nAuthorization: Bearer " + TOKEN, "length"),
+        ("POST /create HTTP/1.1\r\nAuthorization: Bearer wrong", "chunked"),
+    ],
+)
+def test_a_body_left_after_a_refusal_is_never_the_next_request(
+    port: int, first: str, framing: str
+) -> None:
+    """After a 401 or a 404 the body is read and dropped: the body, an HTTP request
+    itself, is never served (it was: a 501 page echoing it), and the next request on
+    the same keep-alive connection is answered as itself."""
+    smuggled = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+    if framing == "length":
+        head = f"Content-Length: {len(smuggled)}\r\n\r\n".encode()
+        body = smuggled
+    else:
+        head = b"Transfer-Encoding: chunked\r\n\r\n"
+        body = b"%x\r\n%s\r\n0\r\n\r\n" % (len(smuggled), smuggled)
+    follow = f"GET /second HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+    raw = f"{first}\r\nHost: x\r\n".encode() + head + body
+    raw += (follow + "Connection: close\r\n\r\n").encode()
     answer = _exchange(port, raw)
-    assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
-    assert answer.count(b"HTTP/1.1 ") == 1, answer
+    assert answer.startswith((b"HTTP/1.1 401", b"HTTP/1.1 404")), answer[:200]
+    assert answer.count(b"HTTP/1.1 ") == 2, answer
+    second = answer[answer.index(b"HTTP/1.1 ", 10) :]
+    assert second.startswith(b"HTTP/1.1 404") and b"no route GET /second" in second, second
+    assert b"smuggled" not in answer, answer
 
 
 def test_an_idle_connection_is_closed(port: int) -> None:

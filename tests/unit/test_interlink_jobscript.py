@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from decice.interlink.api import PodRef, parse_create
-from decice.interlink.jobscript import Defaults, Runtime, _image, container_argv, write_job_dir
+from decice.interlink.jobscript import (
+    Defaults,
+    Launch,
+    Runtime,
+    _image,
+    container_argv,
+    write_job_dir,
+)
 from decice.interlink.podspec import parse_pod
 from decice.interlink.slurm import (
     gpu_count,
@@ -115,7 +122,7 @@ def test_apptainer_command(tmp_path: Path):
         ],
         volumes=[{"name": "v", "emptyDir": {}}],
     ).containers[0]
-    argv = container_argv(c, Runtime("apptainer", "/usr/bin/apptainer"), 1, tmp_path)
+    argv = container_argv(c, Runtime("apptainer", "/usr/bin/apptainer"), Launch(gpus=1), tmp_path)
     assert argv == [
         "/usr/bin/apptainer",
         "exec",
@@ -135,7 +142,7 @@ def test_apptainer_command(tmp_path: Path):
     ]
     c.command = []
     c.args = ["x"]
-    assert container_argv(c, Runtime("apptainer", "apptainer"), 0, tmp_path)[1] == "run"
+    assert container_argv(c, Runtime("apptainer", "apptainer"), Launch(), tmp_path)[1] == "run"
 
 
 def run_job(job: Path) -> subprocess.Popen:

@@ -10,7 +10,7 @@ import pytest
 from decice.interlink import quantity
 from decice.interlink.api import parse_create
 from decice.interlink.errors import Unrunnable
-from decice.interlink.podspec import Size, parse_flags, parse_pod
+from decice.interlink.podspec import Size, SizeDefaults, parse_flags, parse_pod
 
 pytestmark = pytest.mark.unit
 
@@ -76,17 +76,30 @@ def test_size_rounds_up():
     assert parse_pod(request(spec)).size == Size(cpus=1, memory_mb=1, gpus=0)
 
 
-@pytest.mark.parametrize(
-    ("resources", "message"),
-    [
-        ({}, "no cpu and no memory"),
-        ({"limits": {"memory": "1Gi"}}, "no cpu in"),
-        ({"requests": {"cpu": "1", "memory": "lots"}}, "resources.requests.memory"),
-    ],
-)
-def test_pods_without_sizes_are_refused(resources, message):
-    with pytest.raises(Unrunnable, match=message):
-        parse_pod(request({"containers": [c(resources=resources)]}))
+def test_pods_without_sizes_get_the_defaults():
+    """As the reference plugin: a pod that sets no cpu gets one (or --default-cpu), no
+    memory the partition's default (no --mem line) or --default-memory."""
+    bare = request({"containers": [c(resources={})]})
+    assert parse_pod(bare).size == Size(cpus=1, memory_mb=0)
+    assert parse_pod(bare, SizeDefaults(4, 2048)).size == Size(cpus=4, memory_mb=2048)
+    half = request({"containers": [c(resources={"limits": {"memory": "1Gi"}})]})
+    assert parse_pod(half, SizeDefaults(2, 512)).size == Size(cpus=2, memory_mb=1024)
+
+
+def test_amd_gpus_count_and_one_kind_per_job():
+    amd = {"limits": {"cpu": "1", "memory": "1Mi", "amd.com/gpu": "2"}}
+    assert parse_pod(request({"containers": [c(resources=amd)]})).size == Size(
+        1, 1, 2, "amd.com/gpu"
+    )
+    both = {"limits": {**amd["limits"], "nvidia.com/gpu": "1"}}
+    with pytest.raises(Unrunnable, match="both nvidia.com/gpu and amd.com/gpu"):
+        parse_pod(request({"containers": [c(resources=both)]}))
+
+
+def test_a_bad_quantity_is_refused_by_field():
+    bad = {"requests": {"cpu": "1", "memory": "lots"}}
+    with pytest.raises(Unrunnable, match="resources.requests.memory"):
+        parse_pod(request({"containers": [c(resources=bad)]}))
 
 
 def test_annotations():
@@ -200,17 +213,50 @@ def test_env_values_refs_and_fields():
     }
 
 
+def test_env_interlink_did_not_resolve_is_empty_with_a_note():
+    """interLink forwards valueFrom it does not resolve and delivers only mounted objects:
+    the variable is set empty (the reference plugin's behaviour) and a note says why."""
+    env = [
+        {"name": "X", "valueFrom": {"secretKeyRef": {"name": "nope", "key": "k"}}},
+        {"name": "Y", "valueFrom": {"fieldRef": {"fieldPath": "spec.hostname"}}},
+        {"name": "Z", "valueFrom": {"weird": {}}},
+    ]
+    main = parse_pod(request({"containers": [c(env=env)]})).containers[0]
+    assert dict(main.env) == {"X": "", "Y": "", "Z": ""}
+    assert main.notes[0].startswith("env X is set empty: secretKeyRef nope/k was not delivered")
+    assert "fieldRef 'spec.hostname' is not one it resolves" in main.notes[1]
+    assert "valueFrom weird" in main.notes[2] and len(main.notes) == 3
+
+
+def test_resource_field_refs_are_resolved_like_the_kubelet():
+    res = {"limits": {"cpu": "1500m", "memory": "1Gi"}, "requests": {"cpu": "1", "memory": "1Mi"}}
+    env = [
+        {"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}},
+        {
+            "name": "MEM_MI",
+            "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}},
+        },
+        {
+            "name": "REQ_M",
+            "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1m"}},
+        },
+    ]
+    main = parse_pod(request({"containers": [c(resources=res, env=env)]})).containers[0]
+    assert dict(main.env) == {"CPU": "2", "MEM_MI": "1024", "REQ_M": "1000"}
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [
         ([{"name": "A.B", "value": "1"}], "not a shell identifier"),
         (
-            [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "nope", "key": "k"}}}],
-            "env\\[0\\]",
-        ),
-        (
-            [{"name": "X", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}],
-            "valueFrom",
+            [
+                {
+                    "name": "X",
+                    "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "0"}},
+                }
+            ],
+            "env\\[0\\]: resourceFieldRef divisor is 0",
         ),
     ],
 )

@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import re
+import shlex
 import shutil
 import signal
 import sys
@@ -14,11 +15,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from decice.interlink import quantity
 from decice.interlink.errors import PluginError, UsageError
 from decice.interlink.jobscript import Defaults, Runtime
 from decice.interlink.plugin import Config, Plugin
-from decice.interlink.podspec import NAME_RE
-from decice.interlink.server import Listen, check_private, make_server, parse_listen, read_token
+from decice.interlink.podspec import NAME_RE, SizeDefaults
+from decice.interlink.server import (
+    Listen,
+    check_private,
+    check_tcp_access,
+    make_server,
+    parse_listen,
+    read_token,
+)
 from decice.interlink.tunnel import Tunnel, TunnelSpec, parse_target
 
 log = logging.getLogger("decice.interlink")
@@ -36,10 +45,28 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve the plugin API")
     serve.add_argument("--data-dir", required=True, type=Path, help="on a shared file system")
     serve.add_argument("--listen", help="tcp:HOST:PORT or unix:PATH (default unix:D/plugin.sock)")
-    serve.add_argument("--token-file", type=Path, help="bearer token file (0600); needed for tcp")
+    serve.add_argument(
+        "--token-file",
+        type=Path,
+        help="bearer token file (0600); needed for tcp on a routable address",
+    )
     serve.add_argument("--partition", default="", help="SLURM partition (default: SLURM's)")
     serve.add_argument("--account", default="", help="SLURM account (default: none)")
     serve.add_argument("--runtime", choices=["auto", "apptainer", "bare"], default="auto")
+    serve.add_argument(
+        "--default-cpu", default="1", help="cpus of a pod that sets none (default 1)"
+    )
+    serve.add_argument(
+        "--default-memory",
+        default="",
+        help="memory of a pod that sets none, e.g. 2Gi (default: the partition's default)",
+    )
+    serve.add_argument(
+        "--mpi-launcher",
+        default="mpiexec",
+        help="what runs a pod's containers with slurm-job.vk.io/mpi-flags (default mpiexec; "
+        "srun for SLURM's own)",
+    )
     serve.add_argument(
         "--max-pods", type=int, default=1000, help="pods the node takes (ping), default 1000"
     )
@@ -85,6 +112,27 @@ def _check_name(value: str, flag: str) -> str:
     if value and not NAME_RE.match(value):
         raise UsageError(f"{flag} {value!r}: letters, digits and _.+- only")
     return value
+
+
+def _launcher(text: str) -> tuple[str, ...]:
+    try:
+        words = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise UsageError(f"--mpi-launcher {text!r}: {exc}") from None
+    if not words or words[0].startswith("-"):
+        raise UsageError(f"--mpi-launcher {text!r}: give a command, e.g. mpiexec or srun")
+    return words
+
+
+def _size_defaults(cpu: str, memory: str) -> SizeDefaults:
+    try:
+        cpus = quantity.ceil(quantity.parse(cpu))
+        memory_mb = quantity.ceil(quantity.parse(memory) / 2**20) if memory else 0
+    except ValueError as exc:
+        raise UsageError(f"--default-cpu/--default-memory: {exc}") from None
+    if cpus < 1:
+        raise UsageError(f"--default-cpu {cpu!r}: give at least 1")
+    return SizeDefaults(cpus, memory_mb)
 
 
 def _check_pidfile(path: Path) -> None:
@@ -145,16 +193,19 @@ def serve(args: argparse.Namespace) -> int:
     listen: Listen = parse_listen(args.listen or f"unix:{data_dir / 'plugin.sock'}")
     tunnel_spec = _tunnel(args, listen)
     token = read_token(args.token_file) if args.token_file else None
+    check_tcp_access(listen, token)  # before anything is made on disk
     runtime = detect_runtime(args.runtime)
     defaults = Defaults(
         partition=_check_name(args.partition, "--partition"),
         account=_check_name(args.account, "--account"),
+        mpi_launcher=_launcher(args.mpi_launcher),
     )
+    sizes = _size_defaults(args.default_cpu, args.default_memory)
     if args.pidfile:
         _check_pidfile(args.pidfile)
     if args.max_pods < 1:
         raise UsageError(f"--max-pods {args.max_pods}: give a positive number")
-    plugin = Plugin(Config(data_dir, runtime, defaults, args.max_pods))
+    plugin = Plugin(Config(data_dir, runtime, defaults, args.max_pods, sizes))
     plugin.ensure_dirs()
     server = make_server(plugin, listen, token)
     if args.pidfile:

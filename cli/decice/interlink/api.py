@@ -7,7 +7,9 @@ check shapes and names that end up in file paths; they never log values (secrets
 
 from __future__ import annotations
 
+import calendar
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +60,7 @@ RES_ACCELERATORS = "accelerators"
 ACC_TYPE = "resourceType"
 ACC_AVAILABLE = "available"
 
+GO_ZERO_TIME = "0001-01-01T00:00:00Z"  # a zero time.Time as Go marshals it (no omitempty)
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 UID_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9]{0,62})\Z")
 
@@ -162,6 +165,36 @@ class LogRequest:
     tail: int = 0
     limit_bytes: int = 0
     previous: bool = False
+    timestamps: bool = False
+    follow: bool = False
+    since: float | None = None  # epoch seconds, from SinceSeconds or SinceTime
+
+
+_RFC3339 = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})\Z"
+)
+
+
+def parse_time(value: Any, what: str) -> float | None:
+    """An RFC 3339 time (Go's time.Time in JSON) as epoch seconds; Go's zero time and an
+    empty value are None (not set)."""
+    if value in (None, "", GO_ZERO_TIME):
+        return None
+    match = _RFC3339.match(value) if isinstance(value, str) else None
+    if not match:
+        raise BadRequest(f"{what}: {str(value)[:40]!r} is not an RFC 3339 time")
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    fraction, zone = match.group(7), match.group(8)
+    if year < 1970:
+        return None
+    try:
+        epoch = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0))
+    except (ValueError, OverflowError) as exc:
+        raise BadRequest(f"{what}: {value!r} is not a time") from exc
+    if zone not in ("Z", "z"):
+        sign = 1 if zone[0] == "+" else -1
+        epoch -= sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
+    return epoch + (float(fraction) if fraction else 0.0)
 
 
 def _int(value: Any, what: str) -> int:
@@ -186,6 +219,13 @@ def parse_logs(body: Any) -> LogRequest:
     limit = _int(opts.get(OPT_BYTES), f"LogStruct.{LOG_OPTS}.{OPT_BYTES}")
     if tail and limit:
         raise BadRequest("LogStruct.Opts: Tail and Bytes both set; set only one of them")
+    since_seconds = _int(opts.get(OPT_SINCE_SECONDS), f"LogStruct.{LOG_OPTS}.{OPT_SINCE_SECONDS}")
+    since_time = parse_time(opts.get(OPT_SINCE_TIME), f"LogStruct.{LOG_OPTS}.{OPT_SINCE_TIME}")
+    if since_seconds and since_time is not None:
+        raise BadRequest(
+            "LogStruct.Opts: SinceSeconds and SinceTime both set; set only one of them"
+        )
+    since = time.time() - since_seconds if since_seconds else since_time
     return LogRequest(
         namespace=namespace,
         uid=uid,
@@ -194,6 +234,9 @@ def parse_logs(body: Any) -> LogRequest:
         tail=tail,
         limit_bytes=limit,
         previous=bool(opts.get(OPT_PREVIOUS)),
+        timestamps=bool(opts.get(OPT_TIMESTAMPS)),
+        follow=bool(opts.get(OPT_FOLLOW)),
+        since=since,
     )
 
 

@@ -4,7 +4,10 @@ Job dir ``<data dir>/jobs/<namespace>-<pod uid>/`` (0700), on a file system the 
 nodes share. In it: ``job.sh`` (0700), ``job.out`` (SLURM's output of the script),
 ``<container>.env`` (0600, may hold secrets), ``<container>.log`` (its stdout+stderr),
 ``<container>.started`` and ``<container>.exit`` ("<code> <finishedAt> <reason>") written
-by the job, ``volumes/<volume>/`` (dirs 0700, files 0600).
+by the job, ``<container>.log.times`` ("<bytes> <epoch seconds>" lines: the log's size
+each second it grew, what log timestamps and ``Since*`` are read from), ``pre-exec.sh``
+(0700, the pod's ``slurm-job.vk.io/pre-exec``), ``volumes/<volume>/`` (dirs 0700, files
+0600).
 """
 
 from __future__ import annotations
@@ -13,14 +16,17 @@ import os
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from decice.interlink.api import PodRef
-from decice.interlink.podspec import Container, PodSpec
+from decice.interlink.podspec import AMD_GPU, GPU, SCHEME_RE, Container, PodSpec
 
 SCRIPT = "job.sh"
 OUTPUT = "job.out"
+PRE_EXEC = "pre-exec.sh"
 VOLUMES = "volumes"
+TIMES = ".log.times"  # after the container's name
+NOTE = "decice-interlink-slurm: "  # starts each note line in a container's log
 JOB_PREFIX = "decice-"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -42,6 +48,25 @@ class Runtime:
 class Defaults:
     partition: str = ""
     account: str = ""
+    mpi_launcher: tuple[str, ...] = ("mpiexec",)  # serve --mpi-launcher
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How every container of one pod starts: GPUs, apptainer options, image root, MPI."""
+
+    gpus: int = 0
+    gpu_kind: str = GPU
+    options: tuple[str, ...] = ()  # slurm-job.vk.io/singularity-options and -mounts
+    image_root: str = ""  # slurm-job.vk.io/image-root
+    mpi: tuple[str, ...] | None = None  # launcher + slurm-job.vk.io/mpi-flags
+
+
+def launch_of(spec: PodSpec, defaults: Defaults) -> Launch:
+    mpi = None if spec.mpi is None else (*defaults.mpi_launcher, *spec.mpi)
+    return Launch(
+        spec.size.gpus, spec.size.gpu_kind, tuple(spec.runtime_options), spec.image_root, mpi
+    )
 
 
 def sbatch_options(ref: PodRef, spec: PodSpec, job_dir: Path, defaults: Defaults) -> list[str]:
@@ -53,8 +78,9 @@ def sbatch_options(ref: PodRef, spec: PodSpec, job_dir: Path, defaults: Defaults
         "--nodes=1",
         "--ntasks=1",
         f"--cpus-per-task={spec.size.cpus}",
-        f"--mem={spec.size.memory_mb}M",
     ]
+    if spec.size.memory_mb:  # else the partition's default memory
+        opts.append(f"--mem={spec.size.memory_mb}M")
     if spec.size.gpus:
         opts.append(f"--gres=gpu:{spec.size.gpus}")
     if spec.time:
@@ -73,26 +99,32 @@ def env_file(env: Sequence[tuple[str, str]]) -> str:
     return "".join(f"{name}={shlex.quote(value)}\n" for name, value in env)
 
 
-def _image(image: str) -> str:
-    if "://" in image or image.startswith("/"):
+def _image(image: str, root: str = "") -> str:
+    """An image as apptainer takes it: a scheme or a path as given, else under the pod's
+    image root (``slurm-job.vk.io/image-root``), else from a docker registry."""
+    if SCHEME_RE.match(image) or image.startswith("/"):
         return image
-    return f"docker://{image}"
+    return f"{root or 'docker://'}{image}"
 
 
-def container_argv(c: Container, runtime: Runtime, gpus: int, job_dir: Path) -> list[str]:
-    """What runs a container (its env is in ``<name>.env``)."""
+def container_argv(c: Container, runtime: Runtime, launch: Launch, job_dir: Path) -> list[str]:
+    """What runs a container (its env is in ``<name>.env``), under the MPI launcher when
+    the pod asks for one."""
+    mpi = list(launch.mpi) if launch.mpi is not None else []
     if runtime.kind == "bare":
-        return [*c.command, *c.args]
+        return [*mpi, *c.command, *c.args]
     argv = [runtime.binary, "exec" if c.command else "run", "--containall", "--cleanenv"]
-    argv += ["--env-file", str(job_dir / f"{c.name}.env")]
-    if gpus:
-        argv.append("--nv")
+    argv += [*launch.options, "--env-file", str(job_dir / f"{c.name}.env")]
+    if launch.gpus:
+        argv.append("--rocm" if launch.gpu_kind == AMD_GPU else "--nv")
     for m in c.mounts:
         src = job_dir / VOLUMES / m.volume
+        if m.sub_path:
+            src = src / m.sub_path
         argv += ["--bind", f"{src}:{m.path}{':ro' if m.read_only else ''}"]
     if c.working_dir:
         argv += ["--pwd", c.working_dir]
-    return [*argv, _image(c.image), *c.command, *c.args]
+    return [*mpi, *argv, _image(c.image, launch.image_root), *c.command, *c.args]
 
 
 def quote(value: str) -> str:
@@ -112,9 +144,11 @@ def quote(value: str) -> str:
     return "$'" + "".join(out) + "'"
 
 
-def _run_function(index: str, c: Container, runtime: Runtime, gpus: int, job_dir: Path) -> str:
-    argv = " ".join(quote(a) for a in container_argv(c, runtime, gpus, job_dir))
+def _run_function(index: str, c: Container, runtime: Runtime, launch: Launch, job_dir: Path) -> str:
+    argv = " ".join(quote(a) for a in container_argv(c, runtime, launch, job_dir))
     lines = [f"run_{index}() {{  # container {c.name}"]
+    if launch.mpi is not None:  # srun in a job started with --export=NONE would pass none
+        lines.append("  export SLURM_EXPORT_ENV=ALL")
     if runtime.kind == "bare":
         lines.append(f'  set -a; . "$JOB_DIR/{c.name}.env"; set +a')
         if c.working_dir:
@@ -140,7 +174,23 @@ finished() {  # <container> <exit code> <reason>: "<code> <finishedAt> <reason>"
 reason() { if [ "$1" -eq 0 ]; then echo Completed; else echo Error; fi; }
 PIDS=""
 ALL="%(all)s"
-on_signal() {  # scancel, walltime: record the containers that ran as killed
+declare -A SIZES
+sample() {  # "<bytes> <epoch>" to <container>.log.times for each log that grew
+  local c n t
+  printf -v t '%%(%%s)T' -1
+  for c in $ALL; do
+    [ -e "$JOB_DIR/$c.log" ] || continue
+    n=$(stat -c %%s "$JOB_DIR/$c.log" 2>/dev/null) || continue
+    [ "$n" = "${SIZES[$c]:-0}" ] && continue
+    SIZES[$c]=$n
+    echo "$n $t" >> "$JOB_DIR/$c.log.times"
+  done
+}
+sampler() { while sleep 1; do sample; done; }
+sampler & SAMPLER=$!
+on_exit() { kill "$SAMPLER" 2>/dev/null; sample; }
+trap on_exit EXIT
+on_signal() {  # scancel, walltime, node failure: the plugin reads SLURM's verdict
   [ -n "$PIDS" ] && kill -TERM $PIDS 2>/dev/null
   for c in $ALL; do [ -e "$JOB_DIR/$c.started" ] && finished "$c" 143 Killed; done
   exit 143
@@ -167,12 +217,21 @@ def render_script(
             "all": " ".join(c.name for c in every),
         }
     ]
-    gpus = spec.size.gpus
+    launch = launch_of(spec, defaults)
     for i, c in enumerate(spec.init_containers):
-        body.append(_run_function(f"i{i}", c, runtime, gpus, job_dir))
+        body.append(_run_function(f"i{i}", c, runtime, launch, job_dir))
     for i, c in enumerate(spec.containers):
-        body.append(_run_function(f"c{i}", c, runtime, gpus, job_dir))
+        body.append(_run_function(f"c{i}", c, runtime, launch, job_dir))
     flow = []
+    if spec.pre_exec:
+        flow += [
+            "# slurm-job.vk.io/pre-exec, in this shell (a module load reaches the containers)",
+            f'set +u; . "$JOB_DIR/{PRE_EXEC}"; rc=$?; set -u',
+            'if [ "$rc" -ne 0 ]; then',
+            '  for c in $ALL; do finished "$c" "$rc" PreExecError; done',
+            '  exit "$rc"',
+            "fi",
+        ]
     if spec.init_containers:
         flow.append("# init containers, one after the other; one failing ends the job")
     for i, c in enumerate(spec.init_containers):
@@ -222,7 +281,20 @@ def write_job_dir(
                 (root / parent).mkdir(mode=0o700, exist_ok=True)
             _write(path, data, 0o600)
     for c in [*spec.init_containers, *spec.containers]:
+        for m in c.mounts:  # a subPath the volume lacks is made a directory, as the kubelet does
+            if m.sub_path:
+                target = volumes / m.volume / m.sub_path
+                if not target.exists():
+                    for part in reversed(PurePosixPath(m.sub_path).parents[:-1]):
+                        (volumes / m.volume / part).mkdir(mode=0o700, exist_ok=True)
+                    target.mkdir(mode=0o700, exist_ok=True)
         _write(job_dir / f"{c.name}.env", env_file(c.env).encode(), 0o600)
+        if c.notes:  # its log starts with what the plugin took in a weaker form
+            _write(
+                job_dir / f"{c.name}.log", "".join(f"{NOTE}{n}\n" for n in c.notes).encode(), 0o600
+            )
+    if spec.pre_exec:
+        _write(job_dir / PRE_EXEC, spec.pre_exec.encode() + b"\n", 0o700)
     script = job_dir / SCRIPT
     _write(script, render_script(ref, spec, job_dir, runtime, defaults).encode(), 0o700)
     return script

@@ -11,14 +11,15 @@ import shutil
 import stat
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from decice.interlink import api, slurm
-from decice.interlink.errors import BadRequest, PluginError, Unrunnable, UsageError
-from decice.interlink.jobscript import JOB_PREFIX, Defaults, Runtime, write_job_dir
-from decice.interlink.podspec import PodSpec, Size, parse_pod
+from decice.interlink import api, logs, slurm
+from decice.interlink.errors import PluginError, Unrunnable, UsageError
+from decice.interlink.jobscript import JOB_PREFIX, TIMES, Defaults, Runtime, write_job_dir
+from decice.interlink.podspec import PodSpec, Size, SizeDefaults, parse_pod
 from decice.interlink.status import JobView, container_status
 from decice.interlink.store import DELETED, SUBMITTED, SUBMITTING, Entry, Store
 
@@ -26,7 +27,6 @@ log = logging.getLogger("decice.interlink")
 
 JOBS = "jobs"
 STATE = "state"
-LOG_LIMIT = 16 * 2**20  # bytes of a log returned at most
 QUEUE_TTL = 1.0  # seconds one squeue answer serves /status calls (reset by create/delete)
 
 
@@ -40,6 +40,7 @@ class Config:
     runtime: Runtime
     defaults: Defaults
     max_pods: int = 1000  # PingResponse pods: jobs wait in SLURM's queue, not on the node
+    sizes: SizeDefaults = field(default_factory=SizeDefaults)  # a pod that sets no size
 
 
 class Plugin:
@@ -112,7 +113,7 @@ class Plugin:
         req = api.parse_create(body)
         ref = req.ref
         label = f"{ref.namespace}/{ref.name}"
-        spec = parse_pod(req)
+        spec = parse_pod(req, self.config.sizes)
         if self.config.runtime.kind == "bare":
             for c in [*spec.init_containers, *spec.containers]:
                 if not c.command:
@@ -162,14 +163,17 @@ class Plugin:
                 return f"pod {ref.namespace}/{ref.name}: not known here; nothing to do"
             if not entry.jid:  # the plugin died between sbatch and recording the id
                 entry.jid = self._find_job(entry)
-            if entry.jid:
+            job = self._jobs().get(entry.jid) if entry.jid else None
+            active = job is not None and job.active
+            if entry.jid and (active or job is None):  # gone from squeue: cancel to be sure
                 slurm.scancel([entry.jid])
             entry.state = DELETED
             self.store.put(entry)
             self._queue_changed()
-        log.info("pod %s/%s: SLURM job %s cancelled", ref.namespace, ref.name, entry.jid or "-")
+        what = "cancelled" if active else f"had already ended ({job.state})" if job else "cancelled"
+        log.info("pod %s/%s: SLURM job %s %s", ref.namespace, ref.name, entry.jid or "-", what)
         self._forget_ended()
-        return f"pod {ref.namespace}/{ref.name}: SLURM job {entry.jid or '-'} cancelled"
+        return f"pod {ref.namespace}/{ref.name}: SLURM job {entry.jid or '-'} {what}"
 
     def _find_job(self, entry: Entry) -> str:
         wanted = f"{JOB_PREFIX}{entry.uid}"
@@ -232,15 +236,24 @@ class Plugin:
             fake = slurm.Job(entry.jid, "PENDING", "Submitting", "", entry.job_dir)
             return JobView(entry.jid, fake)
         accounting = None
-        if job is None and self._sacct_works:
+        if job is None and self._sacct_works and not entry.ended:
             names = [*entry.containers, *entry.init_containers]
             if not all((Path(entry.job_dir) / f"{n}.exit").exists() for n in names):
                 accounting = slurm.sacct(entry.jid)
                 self._sacct_works = accounting is not None
-        return JobView(entry.jid, job, accounting, entry.state == DELETED)
+        view = JobView(entry.jid, job, accounting, entry.state == DELETED, entry.ended)
+        if view.end_state and not entry.ended:  # squeue forgets it after MinJobAge
+            entry.ended = view.end_state
+            with self._lock:
+                if self.store.get(entry.ref.key) is not None:
+                    self.store.put(entry)
+        return view
 
     # ------------------------------------------------------------------ logs
-    def logs(self, body: Any) -> str:
+    def logs(self, body: Any) -> str | Iterator[bytes]:
+        """The container's log (:mod:`decice.interlink.logs`); with Follow, chunks until it
+        ends. Previous is an empty log: containers here are never restarted, and an
+        empty log is what a kubelet gives for a container with no previous run."""
         req = api.parse_logs(body)
         entry = self.store.get(f"{req.namespace}-{req.uid}")
         if entry is None:
@@ -250,20 +263,29 @@ class Plugin:
         if name not in names:
             raise PluginError(f"pod {entry.namespace}/{entry.name}: no container {name!r}", 404)
         if req.previous:
-            raise BadRequest(
-                f"pod {entry.namespace}/{entry.name}: container {name} was never restarted; "
-                "there is no previous log"
-            )
-        path = Path(entry.job_dir) / f"{name}.log"
+            return ""
+        job_dir = Path(entry.job_dir)
+        log_file, times = job_dir / f"{name}.log", job_dir / f"{name}{TIMES}"
+        opts = logs.Options(req.tail, req.limit_bytes, req.timestamps, req.since, req.follow)
+        if not req.follow:
+            return logs.snapshot(log_file, times, opts)[0].decode(errors="replace")
+        return logs.follow(log_file, times, opts, lambda: self._ended(entry, name))
+
+    def _ended(self, entry: Entry, container: str) -> bool:
+        """A followed container has ended: its exit file, its pod deleted, or its job no
+        longer active (cancelled, walltime, node failure)."""
+        if (Path(entry.job_dir) / f"{container}.exit").exists():
+            return True
+        now = self.store.get(entry.ref.key)
+        if now is None or now.state == DELETED:
+            return True
+        if now.state == SUBMITTING:
+            return False
         try:
-            size = path.stat().st_size
-            with path.open("rb") as fh:
-                if size > LOG_LIMIT:
-                    fh.seek(size - LOG_LIMIT)
-                data = fh.read(LOG_LIMIT)
-        except FileNotFoundError:
-            data = b""
-        return select(data, req.tail, req.limit_bytes).decode(errors="replace")
+            job = self._jobs().get(now.jid)
+        except PluginError:
+            return False
+        return job is None or not job.active
 
     # ------------------------------------------------------------------ ping
     def ping(self) -> dict[str, Any]:
@@ -314,13 +336,3 @@ class Plugin:
                 entry.state = DELETED
                 self.store.put(entry)
         return targets
-
-
-def select(data: bytes, tail: int, limit_bytes: int) -> bytes:
-    """The last ``tail`` lines (0: all), then at most ``limit_bytes`` (0: no limit)."""
-    if tail:
-        lines = data.splitlines(keepends=True)
-        data = b"".join(lines[-tail:])
-    if limit_bytes:
-        data = data[:limit_bytes]
-    return data

@@ -2,13 +2,17 @@
 
 Everything a job needs is resolved here, from the RetrievedPodData alone, before any
 file is written or anything is submitted; what cannot run raises Unrunnable naming the
-field (never a value: env values and volume contents may be secret).
+field (never a value: env values and volume contents may be secret). What the plugin
+takes in a weaker form than asked (an env reference interLink did not deliver) is run
+and noted: the note starts the container's log.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -25,7 +29,16 @@ ANN_TIME = ANNOTATION_PREFIX + "time"
 ANN_PARTITION = ANNOTATION_PREFIX + "partition"
 ANN_ACCOUNT = ANNOTATION_PREFIX + "account"
 ANN_FLAGS = ANNOTATION_PREFIX + "flags"
+ANN_PRE_EXEC = ANNOTATION_PREFIX + "pre-exec"
+ANN_RUNTIME_OPTIONS = ANNOTATION_PREFIX + "singularity-options"
+ANN_RUNTIME_MOUNTS = ANNOTATION_PREFIX + "singularity-mounts"
+ANN_MPI_FLAGS = ANNOTATION_PREFIX + "mpi-flags"
+ANN_IMAGE_ROOT = ANNOTATION_PREFIX + "image-root"
+ANN_POD_IP = "interlink.eu/pod-ip"
 GPU = "nvidia.com/gpu"
+AMD_GPU = "amd.com/gpu"
+GPUS = (GPU, AMD_GPU)
+MAX_ANNOTATION = 64 * 1024  # bytes of one annotation the plugin takes (pre-exec scripts)
 
 TIME_RE = re.compile(r"^(\d+-)?\d+(:\d+){0,2}\Z|^UNLIMITED\Z|^INFINITE\Z")
 NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}\Z")
@@ -34,6 +47,9 @@ KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+\Z")
 # an image as a pod names it (docker.io/x:1, registry:5000/a/b@sha256:..., docker://..,
 # /path/to.sif): never an option to apptainer, never more than one word
 IMAGE_RE = re.compile(r"^[A-Za-z0-9/._][A-Za-z0-9._:/@+=-]{0,511}\Z")
+# slurm-job.vk.io/image-root: a scheme ("oras://reg/") or a directory ("/cvmfs/unpacked/")
+IMAGE_ROOT_RE = re.compile(r"^([a-z][a-z0-9+.-]*://|/)[A-Za-z0-9._:/@+=-]{0,511}\Z")
+SCHEME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 BIND_UNSAFE = ",:"  # apptainer's --bind separators
 FIELD_PATHS = {
     "metadata.name": lambda p: p["metadata"].get("name", ""),
@@ -48,11 +64,20 @@ FIELD_PATHS = {
 
 @dataclass(frozen=True)
 class Size:
-    """The job's size: what SLURM is asked for."""
+    """The job's size: what SLURM is asked for (memory 0: the partition's default)."""
 
     cpus: int
     memory_mb: int
     gpus: int = 0
+    gpu_kind: str = GPU  # nvidia.com/gpu or amd.com/gpu: which runtime flag binds them
+
+
+@dataclass(frozen=True)
+class SizeDefaults:
+    """What a pod that sets no cpu or no memory gets (``serve --default-cpu/-memory``)."""
+
+    cpus: int = 1
+    memory_mb: int = 0  # 0: no --mem line, the partition's DefMemPerCPU/-Node applies
 
 
 @dataclass
@@ -69,6 +94,7 @@ class Mount:
     volume: str
     path: str
     read_only: bool = False
+    sub_path: str = ""  # a file or directory inside the volume, bound alone
 
 
 @dataclass
@@ -80,6 +106,7 @@ class Container:
     env: list[tuple[str, str]]
     mounts: list[Mount]
     working_dir: str = ""
+    notes: list[str] = field(default_factory=list)  # start its log (never a value)
 
 
 @dataclass
@@ -92,6 +119,10 @@ class PodSpec:
     init_containers: list[Container]
     containers: list[Container]
     volumes: dict[str, Volume]
+    pre_exec: str = ""  # slurm-job.vk.io/pre-exec: shell run in the job before containers
+    runtime_options: list[str] = field(default_factory=list)  # apptainer's, before --env-file
+    mpi: list[str] | None = None  # slurm-job.vk.io/mpi-flags: launcher's extra flags
+    image_root: str = ""  # slurm-job.vk.io/image-root
 
 
 def _control(value: str) -> bool:
@@ -108,7 +139,7 @@ def _resources(container: dict[str, Any]) -> dict[str, Fraction]:
     asked: dict[str, Fraction] = {}
     for kind in ("requests", "limits"):  # limits win
         for name, value in (res.get(kind) or {}).items():
-            if name not in ("cpu", "memory", GPU):
+            if name not in ("cpu", "memory", *GPUS):
                 continue
             try:
                 asked[name] = quantity.parse(value)
@@ -118,8 +149,10 @@ def _resources(container: dict[str, Any]) -> dict[str, Fraction]:
     return asked
 
 
-def job_size(pod: dict[str, Any], label: str) -> Size:
-    """Sum over containers, at least the largest init container (as Kubernetes does)."""
+def job_size(pod: dict[str, Any], label: str, defaults: SizeDefaults | None = None) -> Size:
+    """Sum over containers, at least the largest init container (as Kubernetes does);
+    what no container sets comes from ``defaults`` (one cpu, the partition's memory)."""
+    defaults = defaults or SizeDefaults()
     spec = pod.get("spec") or {}
     total: dict[str, Fraction] = {}
     for c in spec.get("containers") or []:
@@ -128,27 +161,50 @@ def job_size(pod: dict[str, Any], label: str) -> Size:
     for c in spec.get("initContainers") or []:
         for name, value in _resources(c).items():
             total[name] = max(total.get(name, Fraction(0)), value)
-    missing = [r for r in ("cpu", "memory") if not total.get(r)]
-    if missing:
-        raise Unrunnable(
-            _where(
-                label,
-                f"no {' and no '.join(missing)} in its containers' resources.requests or "
-                "limits; a SLURM job needs its size: set resources.requests (or limits) "
-                "cpu and memory on the containers",
-            )
-        )
-    cpus = max(1, quantity.ceil(total["cpu"]))
-    memory_mb = max(1, quantity.ceil(total["memory"] / 2**20))
-    gpus = quantity.ceil(total.get(GPU, Fraction(0)))
-    return Size(cpus, memory_mb, gpus)
+    cpus = max(1, quantity.ceil(total["cpu"])) if total.get("cpu") else defaults.cpus
+    memory_mb = (
+        max(1, quantity.ceil(total["memory"] / 2**20))
+        if total.get("memory")
+        else defaults.memory_mb
+    )
+    nvidia = quantity.ceil(total.get(GPU, Fraction(0)))
+    amd = quantity.ceil(total.get(AMD_GPU, Fraction(0)))
+    if nvidia and amd:
+        raise Unrunnable(_where(label, f"asks for both {GPU} and {AMD_GPU}; a job binds one kind"))
+    return Size(cpus, memory_mb, nvidia or amd, AMD_GPU if amd else GPU)
 
 
 def _annotation(pod: dict[str, Any], key: str, pattern: re.Pattern[str], label: str) -> str:
     value = ((pod.get("metadata") or {}).get("annotations") or {}).get(key, "")
-    if value and (not isinstance(value, str) or not pattern.match(value)):
-        raise Unrunnable(_where(label, f"annotation {key}: {value!r} is not valid"))
+    if value and (
+        not isinstance(value, str) or len(value) > MAX_ANNOTATION or not pattern.match(value)
+    ):
+        shown = repr(value)[:80] if isinstance(value, str) else type(value).__name__
+        raise Unrunnable(_where(label, f"annotation {key}: {shown} is not valid"))
     return str(value or "")
+
+
+def _words(value: str, key: str, label: str) -> list[str]:
+    """An annotation as shell words (apptainer's or the MPI launcher's options): each
+    becomes one quoted argument, never shell text."""
+    try:
+        words = shlex.split(value)
+    except ValueError as exc:
+        raise Unrunnable(_where(label, f"annotation {key}: {exc}")) from exc
+    for word in words:
+        if _control(word):
+            raise Unrunnable(_where(label, f"annotation {key}: a control character"))
+    return words
+
+
+def _pod_ip(pod: dict[str, Any], label: str) -> str:
+    value = _annotation(pod, ANN_POD_IP, re.compile(r"^[0-9A-Fa-f.:]{2,45}\Z"), label)
+    if value:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            raise Unrunnable(_where(label, f"annotation {ANN_POD_IP}: not an IP address")) from None
+    return value
 
 
 def parse_flags(value: str, label: str) -> list[str]:
@@ -258,12 +314,42 @@ def _volume(
     )
 
 
+def _resource_field(source: dict[str, Any], container: dict[str, Any], what: str) -> str:
+    """``resourceFieldRef`` of this container (limits.cpu, requests.memory, ...), in units
+    of its divisor and rounded up, as the kubelet gives it; a limit not set is 0."""
+    ref = source.get("resourceFieldRef") or {}
+    kind, _, name = str(ref.get("resource", "")).partition(".")
+    if kind not in ("limits", "requests") or name not in ("cpu", "memory", "ephemeral-storage"):
+        raise _Unresolved(f"resourceFieldRef {ref.get('resource')!r} is not one it resolves")
+    res = container.get("resources") or {}
+    raw = (res.get(kind) or {}).get(name) or (res.get("limits") or {}).get(name)
+    try:
+        value = quantity.parse(raw) if raw is not None else Fraction(0)
+        divisor = quantity.parse(ref.get("divisor") or "1")
+    except ValueError as exc:
+        raise Unrunnable(f"{what}: resourceFieldRef: {exc}") from exc
+    if not divisor:
+        raise Unrunnable(f"{what}: resourceFieldRef divisor is 0")
+    return str(quantity.ceil(value / divisor))
+
+
+class _Unresolved(Exception):
+    """An env reference the plugin cannot resolve from what interLink sent: the variable
+    is set empty and the container's log says why (the reference plugin does the same)."""
+
+
 def _env_value(
-    item: dict[str, Any], pod: dict[str, Any], req: CreateRequest, what: str
+    item: dict[str, Any],
+    pod: dict[str, Any],
+    req: CreateRequest,
+    what: str,
+    container: dict[str, Any],
 ) -> str | None:
     if "value" in item or "valueFrom" not in item:
         return str(item.get("value") or "")
     source = item["valueFrom"] or {}
+    if "resourceFieldRef" in source:
+        return _resource_field(source, container, what)
     every_cm = [cm for v in req.volumes.values() for cm in v.configmaps]
     every_secret = [s for v in req.volumes.values() for s in v.secrets]
     for kind, items, reader in (
@@ -279,7 +365,10 @@ def _env_value(
                 return data[key].decode(errors="replace")
             if ref.get("optional"):
                 return None
-            raise Unrunnable(f"{what}: {kind} {ref.get('name')}/{key} was not delivered")
+            raise _Unresolved(
+                f"{kind} {ref.get('name')}/{key} was not delivered with the pod (interLink "
+                "sends only ConfigMaps and Secrets the pod mounts)"
+            )
     if "fieldRef" in source:
         path = str((source["fieldRef"] or {}).get("fieldPath", ""))
         if path in FIELD_PATHS:
@@ -287,13 +376,18 @@ def _env_value(
         match = re.match(r"^metadata\.(labels|annotations)\['([^']+)'\]\Z", path)
         if match:
             return str(((pod["metadata"].get(match.group(1))) or {}).get(match.group(2), ""))
-        raise Unrunnable(f"{what}: fieldRef {path!r} is not supported")
-    raise Unrunnable(f"{what}: valueFrom {'/'.join(source) or '{}'} is not supported")
+        raise _Unresolved(f"fieldRef {path[:80]!r} is not one it resolves")
+    raise _Unresolved(f"valueFrom {'/'.join(map(str, source))[:80] or '{}'} is not one it resolves")
 
 
-def _env(c: dict[str, Any], pod: dict[str, Any], req: CreateRequest, label: str) -> list:
+def _env(
+    c: dict[str, Any], pod: dict[str, Any], req: CreateRequest, label: str, notes: list[str]
+) -> list:
     cname = c.get("name")
     env: dict[str, str] = {}
+    pod_ip = _pod_ip(pod, label)
+    if pod_ip:
+        env["POD_IP"] = pod_ip  # interlink.eu/pod-ip, as the reference exports it
     delivered = req.volumes.get(str(cname), Volumes())
     for src in c.get("envFrom") or []:
         prefix = str(src.get("prefix") or "")
@@ -317,7 +411,12 @@ def _env(c: dict[str, Any], pod: dict[str, Any], req: CreateRequest, label: str)
             env[prefix + key] = raw.decode(errors="replace")
     for i, item in enumerate(c.get("env") or []):
         what = _where(label, f"container {cname}: env[{i}]")
-        value = _env_value(item, pod, req, what)
+        try:
+            value = _env_value(item, pod, req, what, c)
+        except _Unresolved as why:
+            name = str(item.get("name"))[:80]
+            notes.append(f"env {name} is set empty: {why}")
+            value = ""
         if value is not None:
             env[str(item.get("name"))] = value
     for name in env:
@@ -368,7 +467,24 @@ def _containers(
                         "than one apptainer bind)",
                     )
                 )
-            mounts.append(Mount(vname, path, bool(m.get("readOnly"))))
+            sub = str(m.get("subPath") or "")
+            if sub:
+                sub = _safe_rel(
+                    sub, _where(label, f"container {cname}: volumeMount {vname} subPath")
+                )
+                if any(ch in sub for ch in BIND_UNSAFE) or _control(sub):
+                    raise Unrunnable(
+                        _where(label, f"container {cname}: subPath {sub!r} holds ',' or ':'")
+                    )
+            if m.get("subPathExpr"):
+                raise Unrunnable(
+                    _where(
+                        label,
+                        f"container {cname}: volumeMount {vname}: subPathExpr is "
+                        "not supported (give subPath)",
+                    )
+                )
+            mounts.append(Mount(vname, path, bool(m.get("readOnly")), sub))
         image = str(c.get("image") or "")
         if image and not IMAGE_RE.match(image):  # none: the bare runtime needs none
             raise Unrunnable(
@@ -378,21 +494,44 @@ def _containers(
                     "(it may not start with '-' or hold blanks or control characters)",
                 )
             )
+        notes: list[str] = []
         out.append(
             Container(
                 name=cname,
                 image=image,
                 command=_strings(c.get("command"), _where(label, f"container {cname}.command")),
                 args=_strings(c.get("args"), _where(label, f"container {cname}.args")),
-                env=_env(c, pod, req, label),
+                env=_env(c, pod, req, label, notes),
                 mounts=mounts,
                 working_dir=str(c.get("workingDir") or ""),
+                notes=notes,
             )
         )
     return out
 
 
-def parse_pod(req: CreateRequest) -> PodSpec:
+def _run_as(pod: dict[str, Any], label: str) -> None:
+    """``runAsUser`` is honoured only as the plugin's own user: SLURM gives ``--uid`` to
+    root alone, and the plugin runs without root."""
+    spec = pod.get("spec") or {}
+    asked = [("spec.securityContext", (spec.get("securityContext") or {}).get("runAsUser"))]
+    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        sc = c.get("securityContext") or {}
+        asked.append((f"container {c.get('name')} securityContext", sc.get("runAsUser")))
+    me = os.geteuid()
+    for where, uid in asked:
+        if uid is not None and uid != me:
+            raise Unrunnable(
+                _where(
+                    label,
+                    f"{where}.runAsUser {uid!r}: jobs run as the plugin's user (uid {me}); "
+                    "SLURM lets only root submit for another user (--uid); drop runAsUser "
+                    f"or set it to {me}",
+                )
+            )
+
+
+def parse_pod(req: CreateRequest, defaults: SizeDefaults | None = None) -> PodSpec:
     pod = req.pod
     label = f"{req.ref.namespace}/{req.ref.name}"
     spec = pod.get("spec") or {}
@@ -404,9 +543,20 @@ def parse_pod(req: CreateRequest) -> PodSpec:
     names = [c.name for c in [*init, *main]]
     if len(set(names)) != len(names):
         raise Unrunnable(_where(label, "two containers share a name"))
-    flags_text = _annotation(pod, ANN_FLAGS, re.compile(r"^[^\n\0]*\Z"), label)
+    _run_as(pod, label)
+    one_line = re.compile(r"^[^\n\0]*\Z")
+    flags_text = _annotation(pod, ANN_FLAGS, one_line, label)
+    options = [
+        *_words(_annotation(pod, ANN_RUNTIME_OPTIONS, one_line, label), ANN_RUNTIME_OPTIONS, label),
+        *_words(_annotation(pod, ANN_RUNTIME_MOUNTS, one_line, label), ANN_RUNTIME_MOUNTS, label),
+    ]
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    mpi_text = _annotation(pod, ANN_MPI_FLAGS, one_line, label)
+    mpi = None
+    if ANN_MPI_FLAGS in annotations:
+        mpi = [] if mpi_text.strip() in ("", "true") else _words(mpi_text, ANN_MPI_FLAGS, label)
     return PodSpec(
-        size=job_size(pod, label),
+        size=job_size(pod, label, defaults),
         time=_annotation(pod, ANN_TIME, TIME_RE, label),
         partition=_annotation(pod, ANN_PARTITION, NAME_RE, label),
         account=_annotation(pod, ANN_ACCOUNT, NAME_RE, label),
@@ -414,4 +564,8 @@ def parse_pod(req: CreateRequest) -> PodSpec:
         init_containers=init,
         containers=main,
         volumes=volumes,
+        pre_exec=_annotation(pod, ANN_PRE_EXEC, re.compile(r"^[^\0]*\Z"), label),
+        runtime_options=options,
+        mpi=mpi,
+        image_root=_annotation(pod, ANN_IMAGE_ROOT, IMAGE_ROOT_RE, label),
     )

@@ -1,10 +1,15 @@
-"""HTTP around the plugin: TCP with a bearer token, or a unix socket (0600).
+"""HTTP around the plugin: a unix socket (0600), TCP on loopback, or TCP with a token.
+
+interLink 0.6.2 sends no Authorization header to its plugin, so the ways it can reach
+this server are a unix socket (the default), TCP on a loopback address (interLink on the
+same host; no token needed) or a token for decice's own clients. A routable TCP address
+without a token is refused at start: it would be an open, unauthenticated port.
 
 Routes (as interLink 0.6.2's API server calls a plugin):
     POST /create   RetrievedPodData -> CreateStruct
     POST /delete   v1.Pod -> text
     GET  /status   [v1.Pod] -> [PodStatus]; an empty list (interLink's ping) -> PingResponse
-    GET  /getLogs  LogStruct -> text
+    GET  /getLogs  LogStruct -> text (chunked and open until the container ends: Follow)
     GET  /ping     -> PingResponse (the same as /status with an empty list)
 Errors answer a status (400 bad request, 401 no/wrong token, 404 unknown pod/route,
 422 a pod that cannot run here, 502 a SLURM command failed) with a one-line text reason.
@@ -14,6 +19,7 @@ Requests are logged by route and status only: bodies may carry secrets.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 import logging
 import os
@@ -21,7 +27,7 @@ import socket
 import socketserver
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -163,7 +169,31 @@ class Handler(BaseHTTPRequestHandler):
             out += chunk
             self.rfile.readline(64)
 
+    def _discard_body(self) -> None:
+        """Read and drop the request's body so the next request on this keep-alive
+        connection starts where it should; one that cannot be framed closes it."""
+        try:
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                self._chunked()
+                return
+            text = (self.headers.get("Content-Length") or "0").strip()
+            if not text or not _DIGITS.issuperset(text.encode()) or len(text) > 12:
+                raise BadRequest("no byte count")
+            left = int(text)
+            if left > MAX_BODY:
+                raise BadRequest("too long to read")
+            while left:
+                got = self.rfile.read(min(left, 65536))
+                if not got:
+                    raise BadRequest("body ends early")
+                left -= len(got)
+        except (BadRequest, OSError):
+            self.close_connection = True
+
     def _send(self, code: int, payload: Any) -> None:
+        if isinstance(payload, Iterator):
+            self._stream(code, payload)
+            return
         if isinstance(payload, str):
             data, ctype = payload.encode(), "text/plain; charset=utf-8"
         else:
@@ -171,8 +201,30 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
+
+    def _stream(self, code: int, chunks: Iterator[bytes]) -> None:
+        """A text body sent chunk by chunk as it comes (a followed log); a client that
+        goes away ends it (the generator is closed, its file with it)."""
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for chunk in chunks:
+                if chunk:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            self.close_connection = True
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
 
     def _authorized(self) -> bool:
         if self.token is None:
@@ -187,13 +239,13 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if not self._authorized():
                 code = 401
-                self.close_connection = True  # its body is not read: no next request
+                self._discard_body()
                 self._send(code, "missing or wrong bearer token")
                 return
             route = _routes(self.plugin).get((method, path))
             if route is None:
                 code = 404
-                self.close_connection = True
+                self._discard_body()
                 self._send(code, f"no route {method} {path}")
                 return
             result = route(self._body())
@@ -261,6 +313,10 @@ class TCPServer(_Bounded, ThreadingHTTPServer):
     pass
 
 
+class TCP6Server(TCPServer):
+    address_family = socket.AF_INET6
+
+
 def _clear_stale_socket(path: Path) -> None:
     if not path.exists() and not path.is_symlink():
         return
@@ -277,16 +333,39 @@ def _clear_stale_socket(path: Path) -> None:
     raise UsageError(f"--listen unix:{path}: another process serves this socket")
 
 
+def is_loopback(host: str) -> bool:
+    """``host`` names this machine's loopback only (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_tcp_access(listen: Listen, token: str | None) -> None:
+    """A TCP listen is loopback or has a token: never an open unauthenticated port."""
+    if listen.kind != "tcp" or token is not None or is_loopback(listen.host):
+        return
+    raise UsageError(
+        f"--listen {listen}: without --token-file this would be an open port anyone on "
+        "the network can submit jobs through (interLink 0.6.2 sends no token to its "
+        "plugin). Run interLink on this host and listen on tcp:127.0.0.1:PORT, use a unix "
+        "socket (the default; decice's --tunnel reaches it from the cluster), or give "
+        "--token-file for clients that send 'Authorization: Bearer <token>'"
+    )
+
+
 def make_server(plugin: Plugin, listen: Listen, token: str | None) -> socketserver.BaseServer:
     handler = type("BoundHandler", (Handler,), {"plugin": plugin, "token": token})
+    check_tcp_access(listen, token)
     try:
         if listen.kind == "unix":
             path = Path(listen.path)
             _clear_stale_socket(path)
             return UnixHTTPServer(str(path), handler)
-        if token is None:
-            raise UsageError("--listen tcp:... needs --token-file (a 0600 file with the token)")
-        server = TCPServer((listen.host, listen.port), handler)
+        kind = TCP6Server if ":" in listen.host else TCPServer
+        server = kind((listen.host, listen.port), handler)
     except OSError as exc:
         raise UsageError(f"--listen {listen}: cannot listen there ({exc.strerror or exc})") from exc
     server.daemon_threads = True

@@ -4,6 +4,12 @@ Per container: ``<name>.exit`` (written by the job) -> terminated with its exit 
 ``<name>.started`` while the job runs -> running; a job SLURM still queues -> waiting
 (reason ``Pending``); a job that ended without a container's exit file (cancelled,
 walltime, node failure, never started) -> terminated with SLURM's verdict.
+
+SLURM's verdict also overrides a container's own failing exit when the job ended for a
+reason outside it (walltime, out of memory, node failure, preemption, a cancel by
+someone other than the plugin): the exit file then says only "Killed" or the signal's
+code, SLURM says why. While such a job is still completing, a container the job's trap
+recorded as "Killed" stays running: its verdict is not in yet.
 """
 
 from __future__ import annotations
@@ -27,6 +33,16 @@ END_STATES = {
     "COMPLETED": ("Error", 1),  # ended, yet this container left no exit code
 }
 PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "SUSPENDED"}
+# ends whose cause is outside the container: their verdict replaces a failing exit's
+VERDICTS = {
+    "TIMEOUT": "reached its time limit (slurm-job.vk.io/time or the partition's MaxTime)",
+    "DEADLINE": "reached its deadline (--deadline)",
+    "OUT_OF_MEMORY": "ran out of memory (its --mem)",
+    "NODE_FAIL": "lost its node (NODE_FAIL)",
+    "BOOT_FAIL": "could not boot its node (BOOT_FAIL)",
+    "PREEMPTED": "was preempted by a job of higher priority",
+    "CANCELLED": "was cancelled outside the plugin (scancel by its user or an admin)",
+}
 
 
 @dataclass(frozen=True)
@@ -101,6 +117,24 @@ class JobView:
     job: Job | None
     accounting: tuple[str, int] | None = None
     deleted: bool = False
+    recorded: str = ""  # the end state the plugin saw first (squeue forgets ended jobs)
+
+    @property
+    def end_state(self) -> str:
+        """SLURM's end state of the job, "" while it is active or not known."""
+        if self.job is not None:
+            return "" if self.job.active else self.job.state
+        if self.recorded:
+            return self.recorded
+        return self.accounting[0] if self.accounting else ""
+
+
+def _verdict(view: JobView) -> tuple[str, str] | None:
+    """(reason, message) when the job ended for a cause outside its containers."""
+    state = view.end_state
+    if state not in VERDICTS or (state == "CANCELLED" and view.deleted):
+        return None
+    return END_STATES[state][0], f"SLURM job {view.jid} {VERDICTS[state]}"
 
 
 def container_status(
@@ -108,9 +142,15 @@ def container_status(
 ) -> dict[str, Any]:
     started = read_started(job_dir / f"{name}.started")
     done = read_exit(job_dir / f"{name}.exit")
-    if done is not None:
-        return terminated(name, image, done.code, done.reason, started, done.finished_at)
     job = view.job
+    if done is not None:
+        verdict = _verdict(view) if done.code else None
+        if verdict is not None:
+            reason, message = verdict
+            return terminated(name, image, done.code, reason, started, done.finished_at, message)
+        if done.reason == "Killed" and job is not None and job.active and not view.deleted:
+            return running(name, image, started)  # signalled; SLURM's verdict comes next
+        return terminated(name, image, done.code, done.reason, started, done.finished_at)
     if job is not None and job.state in PENDING:
         message = f"SLURM job {view.jid} is {job.state}"
         if job.reason and job.reason != "None":
@@ -121,11 +161,15 @@ def container_status(
             return running(name, image, started)
         return waiting(name, image, "ContainerCreating", f"SLURM job {view.jid} is {job.state}")
     # the job has ended (or squeue forgot it) and this container left no exit code
-    state = job.state if job is not None else (view.accounting[0] if view.accounting else "")
+    state = view.end_state
     if view.deleted and not state:
         state = "CANCELLED"
     reason, code = END_STATES.get(state, ("JobGone", 1))
-    message = f"SLURM job {view.jid} ended ({state or 'no longer known to squeue'})"
+    verdict = _verdict(view)
+    if verdict is not None:
+        message = verdict[1]
+    else:
+        message = f"SLURM job {view.jid} ended ({state or 'no longer known to squeue'})"
     if not started:
         message += "; the container never started"
     return terminated(name, image, code, reason, started, now, message)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from decice.interlink.api import PodRef
@@ -34,6 +34,7 @@ class Entry:
     init_containers: list[str] = field(default_factory=list)
     images: dict[str, str] = field(default_factory=dict)
     submitted_at: str = ""
+    ended: str = ""  # SLURM's end state, recorded the first time the plugin sees it
 
     @property
     def ref(self) -> PodRef:
@@ -76,7 +77,13 @@ class Store:
             return None
         except (OSError, ValueError):
             return None
-        return Entry(**data)
+        if not isinstance(data, dict):
+            return None
+        known = {f.name for f in fields(Entry)}
+        try:  # a field of another version is left out, not a crash
+            return Entry(**{k: v for k, v in data.items() if k in known})
+        except TypeError:
+            return None
 
     def remove(self, key: str) -> None:
         self.path(key).unlink(missing_ok=True)
