@@ -163,7 +163,7 @@ class Plugin:
                 return f"pod {ref.namespace}/{ref.name}: not known here; nothing to do"
             if not entry.jid:  # the plugin died between sbatch and recording the id
                 entry.jid = self._find_job(entry)
-            job = self._jobs().get(entry.jid) if entry.jid else None
+            job = slurm.queue().get(entry.jid) if entry.jid else None
             active = job is not None and job.active
             if entry.jid and (active or job is None):  # gone from squeue: cancel to be sure
                 slurm.scancel([entry.jid])

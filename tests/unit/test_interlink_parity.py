@@ -1,0 +1,221 @@
+"""What the reference SLURM plugin's users write, run by decice-interlink-slurm (#30):
+subPath, pre-exec, apptainer options and mounts, MPI, image root, pod IP, AMD GPUs,
+runAsUser, notes for env left empty; the job script run with bash (no SLURM needed),
+apptainer played by a stub that checks what it is given."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from decice.interlink.api import PodRef, parse_create
+from decice.interlink.errors import Unrunnable
+from decice.interlink.jobscript import (
+    Defaults,
+    Runtime,
+    container_argv,
+    launch_of,
+    sbatch_options,
+    write_job_dir,
+)
+from decice.interlink.podspec import parse_pod
+
+pytestmark = pytest.mark.unit
+
+UID = "0f6a3c1e-6f5b-4a51-9a53-2d1b9d2f0c12"
+REF = PodRef("p", "ns", UID)
+
+
+def spec_of(containers: list, ann: dict | None = None, delivered: list | None = None, **kw):
+    meta = {"name": "p", "namespace": "ns", "uid": UID, "annotations": ann or {}}
+    body = {"pod": {"metadata": meta, "spec": {"containers": containers, **kw}}}
+    return parse_pod(parse_create({**body, "container": delivered or []}))
+
+
+def cont(script: str = "true", **extra) -> dict:
+    res = {"limits": {"cpu": "1", "memory": "10Mi"}}
+    return {"name": "a", "image": "img", "command": ["sh", "-c", script], "resources": res, **extra}
+
+
+def run(job: Path) -> int:
+    return subprocess.run(
+        ["setsid", "bash", str(job / "job.sh")], cwd=job, capture_output=True, timeout=30
+    ).returncode
+
+
+def test_sub_path_binds_one_entry_and_a_missing_one_is_made_a_directory(tmp_path: Path):
+    cm = {"metadata": {"name": "cm"}, "data": {"app.conf": "x=1", "other": "y"}}
+    mounts = [
+        {"name": "cfg", "mountPath": "/etc/app.conf", "subPath": "app.conf"},
+        {"name": "scratch", "mountPath": "/work", "subPath": "run/1"},
+    ]
+    spec = spec_of(
+        [cont(volumeMounts=mounts)],
+        volumes=[{"name": "cfg", "configMap": {"name": "cm"}}, {"name": "scratch", "emptyDir": {}}],
+        delivered=[{"name": "a", "configMaps": [cm]}],
+    )
+    job = tmp_path / "job"
+    write_job_dir(job, REF, spec, Runtime("apptainer", "apptainer"), Defaults())
+    argv = container_argv(
+        spec.containers[0], Runtime("apptainer", "apptainer"), launch_of(spec, Defaults()), job
+    )
+    binds = [argv[i + 1] for i, word in enumerate(argv) if word == "--bind"]
+    assert binds == [
+        f"{job}/volumes/cfg/app.conf:/etc/app.conf",
+        f"{job}/volumes/scratch/run/1:/work",
+    ]
+    assert (job / "volumes/cfg/app.conf").read_bytes() == b"x=1"
+    assert (job / "volumes/scratch/run/1").is_dir()
+
+
+@pytest.mark.parametrize("sub", ["../../etc", "/abs", "a:b", "a,b"])
+def test_a_sub_path_outside_its_volume_or_two_binds_is_refused(sub: str):
+    with pytest.raises(Unrunnable, match="subPath"):
+        spec_of(
+            [cont(volumeMounts=[{"name": "v", "mountPath": "/w", "subPath": sub}])],
+            volumes=[{"name": "v", "emptyDir": {}}],
+        )
+
+
+def test_pre_exec_runs_in_the_job_shell_before_the_containers(tmp_path: Path):
+    spec = spec_of(
+        [cont('echo "tool=$TOOL_HOME"')],
+        ann={"slurm-job.vk.io/pre-exec": "export TOOL_HOME=/opt/tool\necho pre > pre.out"},
+    )
+    job = tmp_path / "job"
+    write_job_dir(job, REF, spec, Runtime("bare"), Defaults())
+    assert (job / "pre-exec.sh").stat().st_mode & 0o777 == 0o700
+    lines = (job / "job.sh").read_text().splitlines()
+    assert not [line for line in lines if "export TOOL_HOME" in line]  # its own file
+    assert run(job) == 0
+    assert (job / "a.log").read_text() == "tool=/opt/tool\n"
+    assert (job / "pre.out").read_text() == "pre\n"
+
+
+def test_a_failing_pre_exec_ends_every_container_with_its_code(tmp_path: Path):
+    spec = spec_of([cont("echo never")], ann={"slurm-job.vk.io/pre-exec": "false"})
+    job = tmp_path / "job"
+    write_job_dir(job, REF, spec, Runtime("bare"), Defaults())
+    assert run(job) == 1
+    assert (job / "a.exit").read_text().split()[::2] == ["1", "PreExecError"]
+    assert not (job / "a.log").exists()
+
+
+def test_runtime_options_mounts_image_root_and_amd_gpus():
+    spec = spec_of(
+        [cont(resources={"limits": {"cpu": "1", "memory": "1Mi", "amd.com/gpu": "1"}})],
+        ann={
+            "slurm-job.vk.io/singularity-options": "--fakeroot --writable-tmpfs",
+            "slurm-job.vk.io/singularity-mounts": "--bind /cvmfs:/cvmfs:ro",
+            "slurm-job.vk.io/image-root": "/cvmfs/unpacked.cern.ch/registry.hub.docker.com/",
+        },
+    )
+    argv = container_argv(
+        spec.containers[0],
+        Runtime("apptainer", "apptainer"),
+        launch_of(spec, Defaults()),
+        Path("/j"),
+    )
+    assert argv[:9] == [
+        "apptainer",
+        "exec",
+        "--containall",
+        "--cleanenv",
+        "--fakeroot",
+        "--writable-tmpfs",
+        "--bind",
+        "/cvmfs:/cvmfs:ro",
+        "--env-file",
+    ]
+    assert "--rocm" in argv and "--nv" not in argv
+    assert "/cvmfs/unpacked.cern.ch/registry.hub.docker.com/img" in argv
+    assert sbatch_options(REF, spec, Path("/j"), Defaults())[-1] == "--gres=gpu:1"
+
+
+@pytest.mark.parametrize(
+    ("image", "expected"),
+    [("docker://x:1", "docker://x:1"), ("/s/x.sif", "/s/x.sif"), ("x:1", "oras://r/x:1")],
+)
+def test_image_root_applies_to_plain_names_only(image: str, expected: str):
+    spec = spec_of([cont(image=image)], ann={"slurm-job.vk.io/image-root": "oras://r/"})
+    argv = container_argv(
+        spec.containers[0], Runtime("apptainer", "a"), launch_of(spec, Defaults()), Path("/j")
+    )
+    assert expected in argv
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("slurm-job.vk.io/image-root", "-x"),
+        ("slurm-job.vk.io/image-root", "relative/"),
+        ("slurm-job.vk.io/singularity-options", "--a 'unclosed"),
+        ("slurm-job.vk.io/singularity-mounts", "--bind a\nb"),
+        ("slurm-job.vk.io/mpi-flags", "-np 'x"),
+        ("interlink.eu/pod-ip", "10.0.0.300"),
+        ("interlink.eu/pod-ip", "$(id)"),
+    ],
+)
+def test_bad_annotations_are_refused_by_name(key: str, value: str):
+    with pytest.raises(Unrunnable, match=f"annotation {key}"):
+        spec_of([cont()], ann={key: value})
+
+
+def test_mpi_flags_put_the_launcher_before_the_container(tmp_path: Path):
+    """The launcher (--mpi-launcher) and the pod's flags start the command; srun in a job
+    sbatch started with --export=NONE gets the env back (SLURM_EXPORT_ENV=ALL)."""
+    ann = {"slurm-job.vk.io/mpi-flags": "--mca btl self", "slurm-job.vk.io/flags": "--ntasks=4"}
+    spec = spec_of([cont("echo rank")], ann=ann)
+    defaults = Defaults(mpi_launcher=("mpiexec", "-np", "4"))
+    launch = launch_of(spec, defaults)
+    bare = container_argv(spec.containers[0], Runtime("bare"), launch, tmp_path)
+    assert bare == ["mpiexec", "-np", "4", "--mca", "btl", "self", "sh", "-c", "echo rank"]
+    options = sbatch_options(REF, spec, tmp_path, defaults)
+    assert options.index("--ntasks=4") > options.index("--ntasks=1")  # the pod's, last, wins
+    plain = spec_of([cont()], ann={"slurm-job.vk.io/mpi-flags": "true"})
+    assert launch_of(plain, defaults).mpi == ("mpiexec", "-np", "4")  # "true": no extra flags
+    assert launch_of(spec_of([cont()]), defaults).mpi is None
+    job = tmp_path / "job"
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "mpiexec").write_text(
+        '#!/bin/sh\necho "launched by mpiexec $*; export=$SLURM_EXPORT_ENV"\n'
+    )
+    (fake / "mpiexec").chmod(0o755)
+    write_job_dir(job, REF, spec, Runtime("bare"), defaults)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", str(job / "job.sh")], cwd=job, env=env, timeout=30, check=False)
+    assert done.returncode == 0
+    assert (job / "a.log").read_text() == (
+        "launched by mpiexec -np 4 --mca btl self sh -c echo rank; export=ALL\n"
+    )
+
+
+def test_pod_ip_is_exported_and_unresolved_env_is_noted_in_the_log(tmp_path: Path):
+    env = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "absent", "key": "k"}}}]
+    spec = spec_of(
+        [cont('echo "ip=$POD_IP token=[$TOKEN]"', env=env)],
+        ann={"interlink.eu/pod-ip": "10.244.1.7"},
+    )
+    job = tmp_path / "job"
+    write_job_dir(job, REF, spec, Runtime("bare"), Defaults())
+    assert run(job) == 0
+    first, second = (job / "a.log").read_text().splitlines()
+    assert first.startswith("decice-interlink-slurm: env TOKEN is set empty: secretKeyRef")
+    assert second == "ip=10.244.1.7 token=[]"
+
+
+def test_run_as_user_is_taken_only_as_the_plugins_own():
+    me = os.geteuid()
+    assert spec_of([cont()], securityContext={"runAsUser": me})
+    with pytest.raises(Unrunnable, match=f"runAsUser {me + 1}: jobs run as the plugin's user"):
+        spec_of([cont(securityContext={"runAsUser": me + 1})])
+
+
+def test_a_pod_without_memory_gets_no_mem_line():
+    spec = spec_of([cont(resources={})])
+    options = sbatch_options(REF, spec, Path("/j"), Defaults())
+    assert "--cpus-per-task=1" in options and not [o for o in options if o.startswith("--mem")]
