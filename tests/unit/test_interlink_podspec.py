@@ -92,13 +92,13 @@ def test_amd_gpus_count_and_one_kind_per_job():
         1, 1, 2, "amd.com/gpu"
     )
     both = {"limits": {**amd["limits"], "nvidia.com/gpu": "1"}}
-    with pytest.raises(Unrunnable, match="both nvidia.com/gpu and amd.com/gpu"):
+    with pytest.raises(Unrunnable, match=r"both nvidia\.com/gpu and amd\.com/gpu"):
         parse_pod(request({"containers": [c(resources=both)]}))
 
 
 def test_a_bad_quantity_is_refused_by_field():
     bad = {"requests": {"cpu": "1", "memory": "lots"}}
-    with pytest.raises(Unrunnable, match="resources.requests.memory"):
+    with pytest.raises(Unrunnable, match=r"resources\.requests\.memory"):
         parse_pod(request({"containers": [c(resources=bad)]}))
 
 
