@@ -264,6 +264,25 @@ def _write(path: Path, data: bytes, mode: int) -> None:
         os.close(fd)
 
 
+def _runtime_notes(spec: PodSpec, runtime: Runtime) -> list[str]:
+    if runtime.kind != "bare":
+        return []
+    unused = [
+        what
+        for what, given in (
+            ("singularity-options/-mounts", spec.runtime_options),
+            ("image-root", spec.image_root),
+        )
+        if given
+    ]
+    if not unused:
+        return []
+    return [
+        f"slurm-job.vk.io/{' and '.join(unused)} not used: the plugin runs containers "
+        "bare (no apptainer or singularity where it started)"
+    ]
+
+
 def write_job_dir(
     job_dir: Path, ref: PodRef, spec: PodSpec, runtime: Runtime, defaults: Defaults
 ) -> Path:
@@ -289,10 +308,10 @@ def write_job_dir(
                         (volumes / m.volume / part).mkdir(mode=0o700, exist_ok=True)
                     target.mkdir(mode=0o700, exist_ok=True)
         _write(job_dir / f"{c.name}.env", env_file(c.env).encode(), 0o600)
-        if c.notes:  # its log starts with what the plugin took in a weaker form
-            _write(
-                job_dir / f"{c.name}.log", "".join(f"{NOTE}{n}\n" for n in c.notes).encode(), 0o600
-            )
+        notes = [*c.notes, *_runtime_notes(spec, runtime)]
+        if notes:  # its log starts with what the plugin took in a weaker form
+            text = "".join(f"{NOTE}{n}\n" for n in notes)
+            _write(job_dir / f"{c.name}.log", text.encode(), 0o600)
     if spec.pre_exec:
         _write(job_dir / PRE_EXEC, spec.pre_exec.encode() + b"\n", 0o700)
     script = job_dir / SCRIPT
