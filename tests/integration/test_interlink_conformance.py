@@ -86,8 +86,9 @@ def site(slurm_cluster: lab.LabInfo) -> Iterator[Site]:
     sock_dir = Path(tempfile.mkdtemp(prefix="ilc-"))
     sock = sock_dir / "plugin.sock"
     start = (
-        f"cd {BASE} || exit 1; PYTHONPATH={BASE}/app setsid nohup python3 -m decice.interlink serve "
-        f"--data-dir {BASE}/data --listen tcp:127.0.0.1:{PORT} --mpi-launcher srun "
+        f"cd {BASE} || exit 1; PYTHONPATH={BASE}/app setsid nohup "
+        f"python3 -m decice.interlink serve --data-dir {BASE}/data "
+        f"--listen tcp:127.0.0.1:{PORT} --mpi-launcher srun "
         f"--pidfile {BASE}/plugin.pid >>{BASE}/plugin.log 2>&1 </dev/null &"
     )
     ssh(slurm_cluster, "decice@node1", start)

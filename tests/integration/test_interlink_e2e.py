@@ -330,14 +330,16 @@ def test_pod_on_the_virtual_node_runs_as_a_slurm_job_and_down_leaves_nothing(
             "requests": {"cpu": "999", "memory": "64Mi"},
             "limits": {"cpu": "999", "memory": "64Mi"},
         }
-        refused = [_pod("hpc-nolimits", "true", limits=False), huge]
+        as_root = _pod("hpc-asroot", "true")
+        as_root["spec"]["securityContext"] = {"runAsUser": 0}  # SLURM: --uid is root's alone
+        refused = [as_root, huge]
         kubectl(
             "apply",
             "-f",
             "-",
             stdin=json.dumps({"kind": "List", "apiVersion": "v1", "items": refused}),
         )
-        for name, why in (("hpc-nolimits", "no cpu and no memory"), ("hpc-huge", "asks for 999")):
+        for name, why in (("hpc-asroot", "runAsUser 0: jobs run as"), ("hpc-huge", "asks for 999")):
             failed = wait_for(
                 f"{name} Failed",
                 lambda name=name: (
@@ -350,7 +352,7 @@ def test_pod_on_the_virtual_node_runs_as_a_slurm_job_and_down_leaves_nothing(
             assert why in failed["status"]["message"], failed["status"]
             jobs = ssh(info, login, "squeue --me -h -t all -o %j")
             assert failed["metadata"]["uid"] not in jobs, jobs
-        kubectl("delete", "pod", "hpc-nolimits", "hpc-huge", "--wait=true", "--timeout=60s")
+        kubectl("delete", "pod", "hpc-asroot", "hpc-huge", "--wait=true", "--timeout=60s")
 
         # deleting a running pod cancels its job, also after the plugin was restarted
         # mid-job: systemd restarts the killed plugin, which finds the job again in its

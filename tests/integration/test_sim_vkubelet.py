@@ -468,13 +468,16 @@ def real_plugin(info: lab.LabInfo, workdir: Path) -> Iterator[RealPlugin]:
         shutil.rmtree(host_dir, ignore_errors=True)
 
 
-def slurm_pod(name: str, script: str, *, limits: bool = True) -> client.V1Pod:
+def slurm_pod(
+    name: str, script: str, *, limits: bool = True, run_as: int | None = None
+) -> client.V1Pod:
     size = {"cpu": "1", "memory": "64Mi"}
     return client.V1Pod(
         metadata=client.V1ObjectMeta(name=name),
         spec=client.V1PodSpec(
             node_name=SLURM_NODE,
             restart_policy="Never",
+            security_context=client.V1PodSecurityContext(run_as_user=run_as),
             containers=[
                 client.V1Container(
                     name="main",
@@ -516,6 +519,7 @@ def test_real_plugin_on_the_slurm_lab(
             core.create_namespaced_pod(ns, slurm_pod("bad", "echo failing; exit 3"))
             core.create_namespaced_pod(ns, slurm_pod("long", "sleep 300"))
             core.create_namespaced_pod(ns, slurm_pod("nolimits", "true", limits=False))
+            core.create_namespaced_pod(ns, slurm_pod("asroot", "true", run_as=0))
 
             pod, _ = wait_phase(core, ns, "ok", "Succeeded", timeout=90)
             terminated = pod.status.container_statuses[0].state.terminated
@@ -531,8 +535,10 @@ def test_real_plugin_on_the_slurm_lab(
             pod, _ = wait_phase(core, ns, "bad", "Failed", timeout=60)
             assert pod.status.container_statuses[0].state.terminated.exit_code == 3
 
-            pod, _ = wait_phase(core, ns, "nolimits", "Failed", timeout=30)
-            assert pod.status.reason == "Unrunnable" and "resources" in pod.status.message
+            # no resources: the plugin's default size, as the reference plugin
+            wait_phase(core, ns, "nolimits", "Succeeded", timeout=60)
+            pod, _ = wait_phase(core, ns, "asroot", "Failed", timeout=30)
+            assert pod.status.reason == "Unrunnable" and "runAsUser 0" in pod.status.message
             assert f"decice-{pod.metadata.uid}" not in plugin.squeue()
 
             long_pod, _ = wait_phase(core, ns, "long", "Running", timeout=60)
