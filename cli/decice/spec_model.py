@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from decice.allocation import checks
+from decice.interlink import quantity as plugin_quantity
 
 TARGETS = ("sim", "lab", "slurm", "pbs", "static")
 HOST_ROLES = ("control_plane", "etcd", "worker", "edge", "hpc")
@@ -176,6 +177,7 @@ class AddonSpec(_Model):
 NODE_PORTS = (30000, 32767)  # kube-apiserver's default --service-node-port-range
 BASTION_PORT_BASE = 31022  # the interLink chart's sshBastion.port
 _SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
+_LAUNCHER = re.compile(r"^[A-Za-z0-9_./=+:,@ -]{1,200}\Z")  # words, no quoting needed
 
 
 class InterlinkEndpoint(_Model):
@@ -189,6 +191,11 @@ class InterlinkEndpoint(_Model):
     account: str | None = None
     data_dir: str  # absolute, on a file system the compute nodes share
     runtime: Literal["auto", "apptainer", "bare"] = "auto"
+    # what a pod that sets no cpu / no memory gets (memory unset: the partition's default),
+    # and what starts the containers of a pod with slurm-job.vk.io/mpi-flags
+    default_cpu: str = "1"
+    default_memory: str | None = None
+    mpi_launcher: str = "mpiexec"
     # real clusters: the virtual node's ssh bastion (a NodePort), which the plugin's tunnel
     # reaches from the login host (unset: BASTION_PORT_BASE + the endpoint's index, and the
     # first control-plane host's address)
@@ -212,6 +219,31 @@ class InterlinkEndpoint(_Model):
         problem = None if value is None else checks.address_problem(value)
         if problem:
             raise _invalid(f"{checks.shown(value)}: {problem}", checks.ADDRESS_FIX)
+        return value
+
+    @field_validator("default_cpu", "default_memory")
+    @classmethod
+    def _default_size(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return value
+        example = "1 or 500m" if info.field_name == "default_cpu" else "2Gi"
+        try:
+            number = plugin_quantity.parse(value)
+        except ValueError as exc:
+            raise _invalid(str(exc), f"give a Kubernetes quantity, e.g. {example}") from None
+        if info.field_name == "default_cpu" and number <= 0:
+            raise _invalid(f"{checks.shown(value)}: not above 0", f"give e.g. {example}")
+        return value
+
+    @field_validator("mpi_launcher")
+    @classmethod
+    def _mpi_launcher(cls, value: str) -> str:
+        words = value.split()
+        if not words or words[0].startswith("-") or not _LAUNCHER.match(value):
+            raise _invalid(
+                f"{checks.shown(value)}: not a command",
+                "give the MPI launcher and its options, e.g. mpiexec or srun --mpi=pmix",
+            )
         return value
 
     @field_validator("node")

@@ -78,6 +78,9 @@ addons:                      # each: enabled, version (pinned if absent), values
     #   account: proj1       #   optional
     #   data_dir: /shared/decice-interlink   # absolute, shared with the compute nodes
     #   runtime: auto        #   auto | apptainer | bare
+    #   default_cpu: "1"     #   what a pod that sets no cpu gets
+    #   default_memory: 2Gi  #   optional; else the partition's default memory
+    #   mpi_launcher: mpiexec   # runs pods with slurm-job.vk.io/mpi-flags (or srun)
     #   bastion_port: 31022  #   real clusters: the node's ssh bastion (NodePort; 31022 + index)
     #   bastion_host: 10.0.0.5   # optional; else the first control-plane host's address
   kubeedge: {enabled: true}  # with EdgeMesh

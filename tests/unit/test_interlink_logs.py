@@ -1,32 +1,19 @@
 """Container logs as a kubelet gives them (#30): Timestamps and Since* from the job's
-time index, Follow streamed until the container ends, Previous empty; SLURM's verdict
-over a container's Killed exit; a delete of an ended job says so."""
+time index, Follow until the container ends; SLURM's verdict over a container's Killed
+exit. Over HTTP: test_interlink_server.py."""
 
 from __future__ import annotations
 
-import http.client
-import json
 import time
 from pathlib import Path
 
 import pytest
 
-from decice.interlink import logs, slurm
+from decice.interlink import logs
 from decice.interlink.api import GO_ZERO_TIME, parse_logs, parse_time
 from decice.interlink.errors import BadRequest
 from decice.interlink.slurm import Job
 from decice.interlink.status import JobView, container_status
-from tests.support import wait_for
-from tests.unit.test_interlink_server import (  # noqa: F401 (fixtures)
-    Client,
-    Env,
-    create,
-    fake_slurm,
-    plugin,
-    pod,
-    uid,
-    wait_terminated,
-)
 
 pytestmark = pytest.mark.unit
 
@@ -109,46 +96,6 @@ def test_log_options_are_checked():
     assert req.since is not None and abs(req.since - (time.time() - 60)) < 5
 
 
-def _log_call(client: Client, body: dict) -> tuple[int, list[bytes], str]:
-    conn = http.client.HTTPConnection(client.listen.host, client.listen.port, timeout=30)
-    headers = {"Authorization": f"Bearer {client.token}"}
-    conn.request("GET", "/getLogs", json.dumps(body), headers)
-    resp = conn.getresponse()
-    chunks = []
-    while chunk := resp.read1(65536):
-        chunks.append(chunk)
-    conn.close()
-    return resp.status, chunks, resp.getheader("Transfer-Encoding", "")
-
-
-def test_follow_timestamps_and_since_over_http(plugin: Client, fake_slurm: Env):  # noqa: F811
-    p = pod("follow", uid(40), "echo one; sleep 1.5; echo two; sleep 1.5; echo three")
-    assert create(plugin, p)[0] == 200
-    req = {"Namespace": "hpc", "PodUID": uid(40), "PodName": "follow", "ContainerName": "main"}
-    started = time.monotonic()
-    code, chunks, framing = _log_call(plugin, {**req, "Opts": {"Follow": True}})
-    assert (code, framing) == (200, "chunked")
-    assert b"".join(chunks) == b"one\ntwo\nthree\n"
-    assert len(chunks) >= 2  # sent as the lines came, not at the end
-    assert time.monotonic() - started >= 2.5  # it waited for the container to end
-    wait_terminated(plugin, p)
-    code, text = plugin.call("GET", "/getLogs", {**req, "Opts": {"Timestamps": True}})
-    stamps = [line.split(" ", 1) for line in text.splitlines()]
-    assert [words for _, words in stamps] == ["one", "two", "three"]
-    assert stamps[0][0] < stamps[2][0] and all(s.endswith("Z") for s, _ in stamps)
-    code, text = plugin.call("GET", "/getLogs", {**req, "Opts": {"SinceTime": stamps[1][0]}})
-    assert text == "two\nthree\n"
-
-
-def test_a_followed_log_of_an_ended_container_ends_at_once(plugin: Client, fake_slurm: Env):  # noqa: F811
-    p = pod("quick", uid(41), "echo done")
-    create(plugin, p)
-    wait_terminated(plugin, p)
-    req = {"Namespace": "hpc", "PodUID": uid(41), "PodName": "quick", "ContainerName": "main"}
-    code, chunks, _ = _log_call(plugin, {**req, "Opts": {"Follow": True, "Tail": 1}})
-    assert code == 200 and b"".join(chunks) == b"done\n"
-
-
 NOW = "2026-01-01T00:00:09Z"
 
 
@@ -193,12 +140,3 @@ def test_a_clean_exit_stays_completed_whatever_the_job_did_after(tmp_path: Path)
         container_status("a", "img", tmp_path, view, NOW)["state"]["terminated"]["reason"]
         == "Completed"
     )
-
-
-def test_deleting_a_pod_whose_job_ended_says_so(plugin: Client, fake_slurm: Env):  # noqa: F811
-    p = pod("ended", uid(42), "true")
-    create(plugin, p)
-    wait_terminated(plugin, p)
-    wait_for("the job to end", lambda: slurm.queue()["1"].state == "COMPLETED", timeout=10)
-    code, text = plugin.call("POST", "/delete", p)
-    assert code == 200 and "had already ended (COMPLETED)" in text, text

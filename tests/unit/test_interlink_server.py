@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from decice.interlink import slurm
 from decice.interlink.__main__ import main
 from decice.interlink.jobscript import Defaults, Runtime
 from decice.interlink.plugin import Config, Plugin
@@ -401,6 +402,46 @@ def test_interlink_without_authorization_is_answered_on_loopback(fake_slurm: Env
         server.server_close()
 
 
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--default-cpu", "0"], "--default-cpu '0': give at least 1"),
+        (["--default-cpu", "many"], "--default-cpu/--default-memory: 'many' is not a quantity"),
+        (["--default-memory", "lots"], "'lots' is not a quantity"),
+        (["--mpi-launcher", ""], "--mpi-launcher '': give a command"),
+        (["--mpi-launcher", "-np 4"], "give a command"),
+        (["--mpi-launcher", "mpiexec 'x"], "No closing quotation"),
+    ],
+)
+def test_bad_size_defaults_and_launcher_exit_2_before_anything_is_made(
+    tmp_path: Path, capsys, flags: list[str], says: str
+):
+    data = tmp_path / "d"
+    assert main(_serve_argv(data, *flags)) == 2
+    assert says in capsys.readouterr().err
+    assert not data.exists()
+
+
+def test_size_defaults_and_launcher_reach_the_job(fake_slurm: Env):
+    from decice.interlink.podspec import SizeDefaults
+
+    plugin = Plugin(
+        Config(
+            fake_slurm.data,
+            Runtime("bare"),
+            Defaults(mpi_launcher=("srun", "--mpi=pmix")),
+            sizes=SizeDefaults(2, 512),
+        )
+    )
+    plugin.ensure_dirs()
+    body = pod("dflt", uid(43), "true", {})
+    body["metadata"]["annotations"] = {"slurm-job.vk.io/mpi-flags": "true"}
+    plugin.create({"pod": body})
+    script = (fake_slurm.registry / "1.script").read_text()
+    assert "#SBATCH --cpus-per-task=2\n#SBATCH --mem=512M\n" in script
+    assert "exec srun --mpi=pmix sh -c true" in script
+
+
 def test_tcp_needs_a_private_token_file(tmp_path: Path, capsys):
     data = tmp_path / "d"
     token = tmp_path / "token"
@@ -484,3 +525,52 @@ def test_status_calls_share_one_squeue_per_second(plugin: Client, fake_slurm: En
     assert create(plugin, b)[0] == 200  # a create makes the next /status ask again
     assert "waiting" in state_of(plugin, b) or "running" in state_of(plugin, b)
     assert len(calls.read_text().splitlines()) == 2
+
+
+def _log_call(client: Client, body: dict) -> tuple[int, list[bytes], str]:
+    conn = http.client.HTTPConnection(client.listen.host, client.listen.port, timeout=30)
+    headers = {"Authorization": f"Bearer {client.token}"}
+    conn.request("GET", "/getLogs", json.dumps(body), headers)
+    resp = conn.getresponse()
+    chunks = []
+    while chunk := resp.read1(65536):
+        chunks.append(chunk)
+    conn.close()
+    return resp.status, chunks, resp.getheader("Transfer-Encoding", "")
+
+
+def test_follow_timestamps_and_since_over_http(plugin: Client, fake_slurm: Env):
+    p = pod("follow", uid(40), "echo one; sleep 1.5; echo two; sleep 1.5; echo three")
+    assert create(plugin, p)[0] == 200
+    req = {"Namespace": "hpc", "PodUID": uid(40), "PodName": "follow", "ContainerName": "main"}
+    started = time.monotonic()
+    code, chunks, framing = _log_call(plugin, {**req, "Opts": {"Follow": True}})
+    assert (code, framing) == (200, "chunked")
+    assert b"".join(chunks) == b"one\ntwo\nthree\n"
+    assert len(chunks) >= 2  # sent as the lines came, not at the end
+    assert time.monotonic() - started >= 2.5  # it waited for the container to end
+    wait_terminated(plugin, p)
+    code, text = plugin.call("GET", "/getLogs", {**req, "Opts": {"Timestamps": True}})
+    stamps = [line.split(" ", 1) for line in text.splitlines()]
+    assert [words for _, words in stamps] == ["one", "two", "three"]
+    assert stamps[0][0] < stamps[2][0] and all(s.endswith("Z") for s, _ in stamps)
+    code, text = plugin.call("GET", "/getLogs", {**req, "Opts": {"SinceTime": stamps[1][0]}})
+    assert text == "two\nthree\n"
+
+
+def test_a_followed_log_of_an_ended_container_ends_at_once(plugin: Client, fake_slurm: Env):
+    p = pod("quick", uid(41), "echo done")
+    create(plugin, p)
+    wait_terminated(plugin, p)
+    req = {"Namespace": "hpc", "PodUID": uid(41), "PodName": "quick", "ContainerName": "main"}
+    code, chunks, _ = _log_call(plugin, {**req, "Opts": {"Follow": True, "Tail": 1}})
+    assert code == 200 and b"".join(chunks) == b"done\n"
+
+
+def test_deleting_a_pod_whose_job_ended_says_so(plugin: Client, fake_slurm: Env):
+    p = pod("ended", uid(42), "true")
+    create(plugin, p)
+    wait_terminated(plugin, p)
+    wait_for("the job to end", lambda: slurm.queue()["1"].state == "COMPLETED", timeout=10)
+    code, text = plugin.call("POST", "/delete", p)
+    assert code == 200 and "had already ended (COMPLETED)" in text, text

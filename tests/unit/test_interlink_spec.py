@@ -38,6 +38,8 @@ def test_defaults_of_an_endpoint() -> None:
     assert endpoint.port == 4000
     assert endpoint.account is None
     assert endpoint.runtime == "auto"
+    assert (endpoint.default_cpu, endpoint.default_memory) == ("1", None)
+    assert endpoint.mpi_launcher == "mpiexec"
     assert endpoint.data_dir == "/shared/il"
     assert endpoint.bastion_port is None and endpoint.bastion_host is None
     assert parsed.addons.interlink.enabled is True
@@ -50,6 +52,8 @@ def test_every_field_given_reaches_the_plays() -> None:
         + (
             "        user: alice\n        port: 4100\n"
             "        account: proj1\n        runtime: bare\n"
+            "        default_cpu: 500m\n        default_memory: 2Gi\n"
+            "        mpi_launcher: srun --mpi=pmix\n"
             "        bastion_port: 31500\n        bastion_host: 10.0.0.5\n"
         )
     )
@@ -64,6 +68,9 @@ def test_every_field_given_reaches_the_plays() -> None:
         "account": "proj1",
         "data_dir": "/shared/il",
         "runtime": "bare",
+        "default_cpu": "500m",
+        "default_memory": "2Gi",
+        "mpi_launcher": "srun --mpi=pmix",
         "bastion_port": 31500,
         "bastion_host": "10.0.0.5",
     }
@@ -85,6 +92,10 @@ def test_no_endpoints_by_default() -> None:
         ("account", "'a;b'", "not a SLURM name"),
         ("data_dir", "shared/il", "not an absolute path"),
         ("runtime", "docker", "'auto', 'apptainer' or 'bare'"),
+        ("default_cpu", "'0'", "not above 0"),
+        ("default_memory", "lots", "is not a quantity"),
+        ("mpi_launcher", "'-np 4'", "not a command"),
+        ("mpi_launcher", "'mpiexec; rm -rf ~'", "not a command"),
         ("bastion_port", "4000", "NodePort range 30000-32767"),
         ("bastion_host", "'a b'", "address"),
     ],
@@ -150,7 +161,8 @@ def test_bastion_ports_are_unique_after_their_defaults() -> None:
 def test_the_starter_documents_every_field() -> None:
     text = starter.render("lab")
     fields = ("node", "login_host", "user", "port", "partition", "account", "data_dir")
-    for field in (*fields, "bastion_port", "bastion_host"):
+    extra = ("default_cpu", "default_memory", "mpi_launcher", "bastion_port", "bastion_host")
+    for field in (*fields, *extra):
         assert f"#   {field}: " in text or f"# - {field}: " in text, field
     assert "auto | apptainer | bare" in text
     parsed, _ = spec.parse(text, "starter.yaml")
