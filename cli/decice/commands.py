@@ -13,7 +13,7 @@ from rich.console import Console
 
 from decice import history, interrupt, lifecycle, plan, records, spec, starter
 from decice.errors import EXIT_OK, EXIT_RUN_FAILED, InputError
-from decice.progress import LiveView, QuietView, View, print_summary
+from decice.progress import JsonLinesView, LiveView, View, print_summary
 
 _out = Console(highlight=False, soft_wrap=True)
 _err = Console(stderr=True, highlight=False)
@@ -62,7 +62,7 @@ def run_lifecycle(
     lifecycle.prepare(command, loaded, options)  # bad input fails here, before the prompt
     if command == "reset" and not yes:
         _confirm_reset(loaded)
-    view: View = QuietView() if json_out else LiveView(_err, verbose=verbose > 0)
+    view: View = JsonLinesView(sys.stderr) if json_out else LiveView(_err, verbose=verbose > 0)
     record = lifecycle.execute(command, loaded, options, view)
     if json_out:
         _emit_json(record.to_dict())

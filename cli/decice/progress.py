@@ -1,9 +1,11 @@
-"""Live rendering of a run (rich) and its final summary."""
+"""Live rendering of a run (rich, or JSON lines with ``--json``) and its final summary."""
 
 from __future__ import annotations
 
+import json
+import threading
 import time
-from typing import Protocol
+from typing import IO, Any, Protocol
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -131,28 +133,47 @@ def print_summary(record: RunRecord, console: Console) -> None:
 
 
 class LiveView:
-    """Rich live table on a terminal; plain lines per phase change otherwise."""
+    """Rich live table on a terminal; plain lines per phase change otherwise.
+
+    The table is drawn afresh at each refresh (8 a second), so a running phase's time
+    moves while it reports nothing (a first build of the sim's binaries)."""
 
     def __init__(self, console: Console, verbose: bool = False) -> None:
         self.console = console
         self.verbose = verbose
         self._live: Live | None = None
         self._record: RunRecord | None = None
+        self._task = ""
+        self._last_table: Table | None = None
         self._last_status: dict[str, str] = {}
+
+    def renderable(self) -> Table:
+        """The table as of now (called by rich's refresh thread)."""
+        assert self._record is not None
+        try:
+            self._last_table = phase_table(self._record, self._task, live=True)
+        except RuntimeError:  # the run changed a phase's hosts while this read them
+            if self._last_table is None:
+                raise
+        return self._last_table
 
     def start(self, record: RunRecord) -> None:
         self._record = record
         if self.console.is_terminal:
             self._live = Live(
-                phase_table(record), console=self.console, refresh_per_second=8, transient=True
+                console=self.console,
+                refresh_per_second=8,
+                transient=True,
+                get_renderable=self.renderable,
             )
             self._live.start()
         else:
             self.console.print(f"decice {record.command}: run {record.id}")
 
     def update(self, event: Event | None, record: RunRecord, task: str) -> None:
+        self._record, self._task = record, task
         if self._live is not None:
-            self._live.update(phase_table(record, task, live=True))
+            self._live.refresh()
         else:
             for phase in record.phases:
                 if self._last_status.get(phase.name) != phase.status and phase.status != "pending":
@@ -173,17 +194,77 @@ class LiveView:
             self._live = None
 
 
-class QuietView:
-    """For --json: nothing on the terminal while the run goes."""
+class JsonLinesView:
+    """For ``--json``: the run's progress as JSON lines on stderr (stdout keeps the one
+    result document): a line when a phase starts, changes its step or ends, and one
+    every ``every`` seconds while a phase runs, its elapsed time moving:
+
+        {"progress": {"run": ID, "command": "up", "phase": "kubernetes",
+                      "status": "running", "elapsed": 12.4, "detail": "build step 5/5: ..."}}
+    """
+
+    def __init__(self, stream: IO[str], every: float = 10.0) -> None:
+        self.stream = stream
+        self.every = every
+        self._record: RunRecord | None = None
+        self._task = ""
+        self._sent: dict[str, tuple[str, str]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _line(self, phase: PhaseRecord, detail: str) -> None:
+        assert self._record is not None
+        if phase.seconds is not None:
+            elapsed = phase.seconds
+        elif phase.started:
+            elapsed = round(time.time() - _epoch(phase.started), 1)
+        else:
+            elapsed = 0.0
+        body: dict[str, Any] = {
+            "run": self._record.id,
+            "command": self._record.command,
+            "phase": phase.name,
+            "status": phase.status,
+            "elapsed": elapsed,
+            "detail": detail,
+        }
+        self.stream.write(json.dumps({"progress": body}) + "\n")
+        self.stream.flush()
+
+    def _emit(self, heartbeat: bool = False) -> None:
+        with self._lock:
+            if self._record is None:
+                return
+            for phase in self._record.phases:
+                if phase.status == "pending":
+                    continue
+                detail = self._task if phase.status == "running" else phase.note
+                now = (phase.status, detail)
+                if self._sent.get(phase.name) != now or (heartbeat and phase.status == "running"):
+                    self._sent[phase.name] = now
+                    self._line(phase, detail)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every):
+            self._emit(heartbeat=True)
 
     def start(self, record: RunRecord) -> None:
-        return None
+        self._record = record
+        self._thread = threading.Thread(target=self._beat, name="progress", daemon=True)
+        self._thread.start()
 
     def update(self, event: Event | None, record: RunRecord, task: str) -> None:
-        return None
+        self._record, self._task = record, task
+        self._emit()
 
     def note(self, text: str) -> None:
-        return None
+        with self._lock:
+            self.stream.write(json.dumps({"note": text}) + "\n")
+            self.stream.flush()
 
     def stop(self) -> None:
-        return None
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._emit()

@@ -7,7 +7,7 @@ import io
 import tarfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -49,10 +49,16 @@ class FakeBuilder:
         self.lock = threading.Lock()
 
     def __call__(
-        self, recipe: BuildRecipe, out: Path, work: Path, logfile: Path
+        self,
+        recipe: BuildRecipe,
+        out: Path,
+        work: Path,
+        logfile: Path,
+        progress: Callable[[str], None],
     ) -> Mapping[str, str]:
         with self.lock:
             self.calls += 1
+        progress("fake step 1/1")
         work.mkdir(parents=True, exist_ok=True)
         time.sleep(self.delay)
         if self.fail:
@@ -323,3 +329,13 @@ def test_downloads_from_mapping_validates_entries() -> None:
         downloads_from_mapping({"etcd": {"url": "u", "version": "3", "sha": "x"}}, "v.yml")
     with pytest.raises(InputError, match="missing version"):
         downloads_from_mapping({"etcd": {"url": "u", "sha256": "a" * 64}}, "v.yml")
+
+
+def test_a_build_reports_its_steps_with_the_log_path(tmp_path: Path) -> None:
+    heard: list[str] = []
+    b.resolve_binaries(builder=FakeBuilder(), progress=heard.append)
+    assert heard[0].startswith("building control-plane binaries once (minutes; log ")
+    assert heard[0].endswith(".build.log)") and heard[1] == "fake step 1/1"
+    heard.clear()
+    b.resolve_binaries(builder=FakeBuilder(), progress=heard.append)
+    assert heard == []  # from the cache: nothing to report

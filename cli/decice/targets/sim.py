@@ -18,7 +18,7 @@ plays, which have no hosts to act on here.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,12 +50,21 @@ def control_plane_dir(state_dir: Path) -> Path:
     return data_dir(state_dir) / "control-plane"
 
 
-def _control_plane(state_dir: Path, bin_dir: str | None, *, act: bool) -> ControlPlane:
+def _control_plane(
+    state_dir: Path,
+    bin_dir: str | None,
+    *,
+    act: bool,
+    progress: Callable[[str], None] | None = None,
+) -> ControlPlane:
     from decice.sim.binaries import describe_binaries, resolve_binaries
     from decice.sim.controlplane import ControlPlane
 
     explicit = Path(bin_dir).expanduser() if bin_dir else None
-    binaries = resolve_binaries(explicit) if act else describe_binaries(explicit)
+    if act:
+        binaries = resolve_binaries(explicit, progress=progress or (lambda _text: None))
+    else:
+        binaries = describe_binaries(explicit)
     # No kubelets: the node agent keeps simulated nodes Ready, so the node-lifecycle
     # controller (which would taint them unreachable without Lease heartbeats) is off.
     return ControlPlane(
@@ -75,7 +84,9 @@ def up_kubernetes(ctx: PhaseContext) -> str:
     from decice.sim.pki import copy_private
 
     ctx.progress("resolving control-plane binaries (a first build takes minutes)")
-    plane = _control_plane(ctx.state_dir, ctx.loaded.spec.sim.bin_dir, act=True)
+    plane = _control_plane(
+        ctx.state_dir, ctx.loaded.spec.sim.bin_dir, act=True, progress=ctx.progress
+    )
     api = plane.binaries["kube-apiserver"]
     ctx.record.versions["sim-control-plane"] = f"{api.version} ({api.source})"
     ctx.progress("starting etcd, kube-apiserver, controller-manager, kube-scheduler")
