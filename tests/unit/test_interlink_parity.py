@@ -219,3 +219,48 @@ def test_a_pod_without_memory_gets_no_mem_line():
     spec = spec_of([cont(resources={})])
     options = sbatch_options(REF, spec, Path("/j"), Defaults())
     assert "--cpus-per-task=1" in options and not [o for o in options if o.startswith("--mem")]
+
+
+def test_sidecars_and_overhead_count_as_kubernetes_counts_them():
+    """#28: one pod size across decice: max(containers + sidecars, the largest init step)
+    + overhead, as decice-scheduler's pod_request counts it."""
+
+    def c2(name: str, cpu: str, mem: str, **extra) -> dict:
+        return {
+            "name": name,
+            "image": "i",
+            "command": ["x"],
+            **extra,
+            "resources": {"limits": {"cpu": cpu, "memory": mem}},
+        }
+
+    spec = spec_of(
+        [c2("a", "1", "100Mi")],
+        initContainers=[
+            c2("side", "500m", "50Mi", restartPolicy="Always"),
+            c2("big", "3", "10Mi"),  # its step: 3 + the sidecar's 0.5 before it
+        ],
+        overhead={"cpu": "250m", "memory": "20Mi"},
+    )
+    assert (spec.size.cpus, spec.size.memory_mb) == (4, 170)  # ceil(3.5 + .25); 150 + 20
+    assert [c.sidecar for c in spec.init_containers] == [True, False]
+
+
+def test_a_sidecar_runs_beside_the_rest_and_is_stopped_at_the_end(tmp_path: Path):
+    spec = spec_of(
+        [cont("for i in 1 2 3; do [ -s side.log ] && break; sleep 0.2; done; cat side.log")],
+        initContainers=[
+            {
+                **cont("echo up > side.log; exec sleep 600"),
+                "name": "side",
+                "restartPolicy": "Always",
+            },
+            {**cont("echo init sees the sidecar"), "name": "after"},
+        ],
+    )
+    job = tmp_path / "job"
+    write_job_dir(job, REF, spec, Runtime("bare"), Defaults())
+    assert run(job) == 0  # the sidecar's sleep did not hold the job
+    assert (job / "a.log").read_text() == "up\n"
+    assert (job / "after.exit").read_text().split()[::2] == ["0", "Completed"]
+    assert (job / "side.exit").read_text().split()[0] == "143"  # stopped by the job

@@ -173,6 +173,7 @@ finished() {  # <container> <exit code> <reason>: "<code> <finishedAt> <reason>"
 }
 reason() { if [ "$1" -eq 0 ]; then echo Completed; else echo Error; fi; }
 PIDS=""
+SIDECARS=""
 ALL="%(all)s"
 declare -A SIZES
 sample() {  # "<bytes> <epoch>" to <container>.log.times for each log that grew
@@ -188,10 +189,10 @@ sample() {  # "<bytes> <epoch>" to <container>.log.times for each log that grew
 }
 sampler() { while sleep 1; do sample; done; }
 sampler & SAMPLER=$!
-on_exit() { kill "$SAMPLER" 2>/dev/null; sample; }
+on_exit() { kill "$SAMPLER" $SIDECARS 2>/dev/null; sample; }
 trap on_exit EXIT
 on_signal() {  # scancel, walltime, node failure: the plugin reads SLURM's verdict
-  [ -n "$PIDS" ] && kill -TERM $PIDS 2>/dev/null
+  [ -n "$PIDS$SIDECARS" ] && kill -TERM $PIDS $SIDECARS 2>/dev/null
   for c in $ALL; do [ -e "$JOB_DIR/$c.started" ] && finished "$c" 143 Killed; done
   exit 143
 }
@@ -233,9 +234,19 @@ def render_script(
             "fi",
         ]
     if spec.init_containers:
-        flow.append("# init containers, one after the other; one failing ends the job")
+        flow.append(
+            "# init containers, one after the other (one failing ends the job); a sidecar "
+            "(restartPolicy Always) starts and runs beside the rest"
+        )
+    sidecars = []
     for i, c in enumerate(spec.init_containers):
         log = f'"$JOB_DIR/{c.name}.log"'
+        if c.sidecar:
+            sidecars.append((i, c))
+            flow.append(
+                f'started {c.name}; ( run_i{i} ) >>{log} 2>&1 & S{i}=$!; SIDECARS="$SIDECARS $S{i}"'
+            )
+            continue
         flow += [
             f"started {c.name}; ( run_i{i} ) >>{log} 2>&1 & PIDS=$!",
             f'wait $PIDS; rc=$?; PIDS=""; finished {c.name} $rc "$(reason $rc)"',
@@ -251,6 +262,14 @@ def render_script(
             f'wait $P{i}; r=$?; finished {c.name} $r "$(reason $r)"',
             '[ "$rc" -ne 0 ] || rc=$r',
         ]
+    if sidecars:
+        flow.append("# the containers have ended: the sidecars are stopped, as the kubelet does")
+    for i, c in sidecars:
+        flow.append(
+            f'kill -TERM $S{i} 2>/dev/null; wait $S{i}; r=$?; finished {c.name} $r "$(reason $r)"'
+        )
+    if sidecars:
+        flow.append('SIDECARS=""')
     flow.append('exit "$rc"')
     return "\n".join([*header, *body, *flow]) + "\n"
 

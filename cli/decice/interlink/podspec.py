@@ -107,6 +107,7 @@ class Container:
     mounts: list[Mount]
     working_dir: str = ""
     notes: list[str] = field(default_factory=list)  # start its log (never a value)
+    sidecar: bool = False  # an init container with restartPolicy Always: runs beside the rest
 
 
 @dataclass
@@ -137,8 +138,13 @@ def _resources(container: dict[str, Any]) -> dict[str, Fraction]:
     """A container's asks: limits where given, else requests (cpu, memory, GPUs)."""
     res = container.get("resources") or {}
     asked: dict[str, Fraction] = {}
+    if not isinstance(res, dict):
+        raise Unrunnable(f"container {container.get('name')}: resources: not an object")
     for kind in ("requests", "limits"):  # limits win
-        for name, value in (res.get(kind) or {}).items():
+        given = res.get(kind) or {}
+        if not isinstance(given, dict):
+            raise Unrunnable(f"container {container.get('name')}: resources.{kind}: not an object")
+        for name, value in given.items():
             if name not in ("cpu", "memory", *GPUS):
                 continue
             try:
@@ -149,18 +155,47 @@ def _resources(container: dict[str, Any]) -> dict[str, Fraction]:
     return asked
 
 
+def _add(into: dict[str, Fraction], more: dict[str, Fraction]) -> None:
+    for name, value in more.items():
+        into[name] = into.get(name, Fraction(0)) + value
+
+
+def _max(into: dict[str, Fraction], other: dict[str, Fraction]) -> None:
+    for name, value in other.items():
+        into[name] = max(into.get(name, Fraction(0)), value)
+
+
 def job_size(pod: dict[str, Any], label: str, defaults: SizeDefaults | None = None) -> Size:
-    """Sum over containers, at least the largest init container (as Kubernetes does);
-    what no container sets comes from ``defaults`` (one cpu, the partition's memory)."""
+    """What the pod holds at its peak, as Kubernetes counts a pod's request: max(app
+    containers + sidecars, the largest init step) + overhead, where sidecars are init
+    containers with ``restartPolicy: Always`` and an init step is one init container plus
+    the sidecars started before it; pod-level ``spec.resources`` replaces the container
+    sum. What no container sets comes from ``defaults`` (one cpu, the partition's
+    memory)."""
     defaults = defaults or SizeDefaults()
     spec = pod.get("spec") or {}
     total: dict[str, Fraction] = {}
     for c in spec.get("containers") or []:
-        for name, value in _resources(c).items():
-            total[name] = total.get(name, Fraction(0)) + value
+        _add(total, _resources(c))
+    sidecars: dict[str, Fraction] = {}
+    peak: dict[str, Fraction] = {}
     for c in spec.get("initContainers") or []:
-        for name, value in _resources(c).items():
-            total[name] = max(total.get(name, Fraction(0)), value)
+        asked = _resources(c)
+        if c.get("restartPolicy") == "Always":
+            _add(sidecars, asked)
+            _add(total, asked)
+            _max(peak, sidecars)
+        else:
+            step = dict(sidecars)
+            _add(step, asked)
+            _max(peak, step)
+    _max(total, peak)
+    pod_level = _resources({"name": "spec.resources", "resources": spec.get("resources")})
+    total.update({k: v for k, v in pod_level.items() if k in ("cpu", "memory")})
+    overhead = _resources(
+        {"name": "spec.overhead", "resources": {"requests": spec.get("overhead")}}
+    )
+    _add(total, overhead)
     cpus = max(1, quantity.ceil(total["cpu"])) if total.get("cpu") else defaults.cpus
     memory_mb = (
         max(1, quantity.ceil(total["memory"] / 2**20))
@@ -505,6 +540,7 @@ def _containers(
                 mounts=mounts,
                 working_dir=str(c.get("workingDir") or ""),
                 notes=notes,
+                sidecar=c.get("restartPolicy") == "Always",
             )
         )
     return out
