@@ -33,6 +33,16 @@ def _stat(pid: int) -> tuple[int, int] | None:
     return int(fields[1]), int(fields[19])
 
 
+def argv(pid: int) -> list[bytes]:
+    """The command line of ``pid`` as the kernel keeps it (empty when gone or a kernel
+    thread): the one way decice reads whose a process is."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return raw.rstrip(b"\0").split(b"\0") if raw else []
+
+
 def start_time(pid: int) -> int | None:
     """Kernel start time (clock ticks since boot) of a live ``pid``; None when gone."""
     stat = _stat(pid)
@@ -137,9 +147,9 @@ def children_matching(match: Callable[[str], bool], parent: int | None = None) -
         if ppid != parent:
             continue
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except (OSError, UnicodeDecodeError):
+            cmdline = b" ".join(argv(pid)).decode()
+        except UnicodeDecodeError:
             continue
-        if match(cmdline):
+        if cmdline and match(cmdline):
             out.append(pid)
     return out

@@ -113,11 +113,7 @@ def kept_processes(state_dir: Path) -> set[proctree.ProcKey]:
 
 def describe(key: proctree.ProcKey) -> str:
     """``name (pid N)``: the program (a script's name, not its interpreter's)."""
-    try:
-        argv = Path(f"/proc/{key[0]}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        argv = []
-    words = [Path(w.decode(errors="replace")).name for w in argv if w]
+    words = [Path(w.decode(errors="replace")).name for w in proctree.argv(key[0]) if w]
     name = words[0] if words else "?"
     if name.startswith("python") and len(words) > 1:
         script = words[2:3] if words[1] == "-m" else words[1:2]

@@ -348,3 +348,12 @@ def test_a_killed_decice_is_found_dead_by_pid_and_start_time(tmp_path: Path) -> 
     assert not records.is_killed(record)
     record.pid = _dead_pid()
     assert records.is_killed(record)
+
+
+def test_argv_is_the_one_reader_of_a_command_line() -> None:
+    from decice import proctree
+
+    mine = proctree.argv(os.getpid())
+    assert any(b"pytest" in word for word in mine), mine  # this very run
+    assert all(word and b"\0" not in word for word in mine), mine
+    assert proctree.argv(2**22 + 12345) == []  # past pid_max: no such process

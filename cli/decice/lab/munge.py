@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from decice import proctree
 from decice.lab.errors import LabError
 from decice.lab.host import ensure_commands, run
 
@@ -86,10 +87,7 @@ def write_keys(paths: MungePaths, munge_uid: int, munge_gid: int) -> None:
 
 
 def is_running(pid: int, socket: Path) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
+    cmdline = proctree.argv(pid)
     return (
         bool(cmdline)
         and Path(cmdline[0].decode()).name == "munged"

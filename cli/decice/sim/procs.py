@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Generic, TypeVar
 
-from decice import atomicfile
+from decice import atomicfile, proctree
 from decice.errors import RunFailedError
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def spawn(
             umask=0o077,
         )
     _CHILDREN[proc.pid] = proc
-    ticks = _start_ticks(proc.pid)
+    ticks = proctree.start_time(proc.pid)
     if ticks is None:  # died at once; keep a record anyway so the caller reports the log
         ticks = -1
     exe = str(Path(argv[0]).resolve())
@@ -120,7 +120,7 @@ def _open_log(path: Path) -> BinaryIO:
 
 def is_alive(rec: ProcessRecord) -> bool:
     """True while the recorded process runs (same pid, start time and executable)."""
-    ticks = _start_ticks(rec.pid)
+    ticks = proctree.start_time(rec.pid)
     if ticks is None or ticks != rec.start_ticks:
         return False
     try:
@@ -302,7 +302,7 @@ def _wait_gone(rec: ProcessRecord, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         _reap(rec.pid)
-        if _start_ticks(rec.pid) != rec.start_ticks:
+        if proctree.start_time(rec.pid) != rec.start_ticks:
             return True
         time.sleep(0.05)
     return False
@@ -322,15 +322,3 @@ def _reap(pid: int) -> None:
         return
     with suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-
-
-def _start_ticks(pid: int) -> int | None:
-    """Kernel start time of ``pid`` (clock ticks since boot); None if gone or a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    if fields[0] in {"Z", "X"}:
-        return None
-    return int(fields[19])

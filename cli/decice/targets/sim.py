@@ -211,18 +211,14 @@ def preview_reset_kubernetes(ctx: PhaseContext) -> str:
 
 def leftover_processes(state_dir: Path) -> list[str]:
     """``pid: command`` of live processes whose command line mentions ``state_dir``."""
+    from decice import proctree
+
     marker = str(state_dir.resolve()).encode()
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if marker in cmdline:
-            words = cmdline.split(b"\0")
-            found.append(f"{entry.name}: {b' '.join(words[:3]).decode(errors='replace')} ...")
+    for pid in proctree.pids():
+        words = proctree.argv(pid)
+        if any(marker in word for word in words):
+            found.append(f"{pid}: {b' '.join(words[:3]).decode(errors='replace')} ...")
     return found
 
 
