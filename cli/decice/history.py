@@ -9,10 +9,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from decice import records, targets
+from decice import records
 from decice.progress import failure_panel, phase_table
 from decice.records import RunRecord
 from decice.spec import LoadedSpec
+from decice.targets import registry
+from decice.targets.base import kubeconfig_path
 
 
 def stopped_in(record: RunRecord) -> list[str]:
@@ -61,7 +63,7 @@ def status(loaded: LoadedSpec) -> dict[str, Any]:
     runs = load_runs(state_dir)
     baseline_dir = state_dir / "baseline"
     baselines = sorted(p.stem for p in baseline_dir.glob("*.json")) if baseline_dir.is_dir() else []
-    kubeconfig = targets.kubeconfig_path(state_dir)
+    kubeconfig = kubeconfig_path(state_dir)
     return {
         "name": loaded.spec.name,
         "target": loaded.spec.target,
@@ -72,7 +74,7 @@ def status(loaded: LoadedSpec) -> dict[str, Any]:
         "runs": len(runs),
         "baselines": baselines,
         "kubeconfig": str(kubeconfig) if kubeconfig.exists() else None,
-        loaded.spec.target: targets.get(loaded.spec.target).status(loaded),
+        loaded.spec.target: registry.get(loaded.spec.target).status(loaded),
     }
 
 
@@ -96,7 +98,7 @@ def render_status(data: dict[str, Any], console: Console) -> None:
     console.print(f"baselines  {', '.join(data['baselines']) or 'none'}")
     console.print(f"kubeconfig {data['kubeconfig'] or 'none'}")
     target = data["target"]
-    targets.get(target).render_status(data.get(target), console)
+    registry.get(target).render_status(data.get(target), console)
 
 
 def render_runs(runs: list[RunRecord], console: Console) -> None:

@@ -73,9 +73,9 @@ def unsafe(value: Any) -> Any:
 
 def allocate(loaded: LoadedSpec, *, create: bool = False) -> Allocation | None:
     """The machines of this spec's target (see decice.targets); None without real hosts."""
-    from decice import targets
+    from decice.targets import registry
 
-    return targets.get(loaded.spec.target).allocate(loaded, create=create)
+    return registry.get(loaded.spec.target).allocate(loaded, create=create)
 
 
 def assign_roles(machines: tuple[Machine, ...], rules: AllocationSpec) -> dict[str, list[str]]:
@@ -291,10 +291,10 @@ def build(loaded: LoadedSpec, allocation: Allocation | None) -> dict[str, Any]:
     children: dict[str, Any] = {group: {"hosts": {}} for group in GROUPS}
     hostvars: dict[str, dict[str, Any]] = {"localhost": local}
     if allocation is not None:
-        from decice import targets
+        from decice.targets import registry
 
         groups = assign_roles(allocation.machines, loaded.spec.allocation)
-        if targets.get(loaded.spec.target).uses_kubespray:
+        if registry.get(loaded.spec.target).uses_kubespray:
             check_kubespray_names(loaded, groups)
         for machine in allocation.machines:
             hv: dict[str, Any] = {

@@ -38,7 +38,6 @@ from decice import (
     records,
     recovery,
     redact,
-    targets,
     versions,
 )
 from decice.errors import DeciceError
@@ -46,7 +45,8 @@ from decice.progress import View
 from decice.records import PhaseRecord, RunRecord, RunStore
 from decice.runner import PlaybookRun, run_playbook
 from decice.spec import LoadedSpec
-from decice.targets import Phase, PhaseContext, RunOptions, Target, kubeconfig_path
+from decice.targets import registry
+from decice.targets.base import Phase, PhaseContext, RunOptions, Target, kubeconfig_path
 from decice.tracking import PhaseTracker, conclude
 
 __all__ = ["PhaseContext", "RunOptions", "execute", "play_vars", "prepare"]
@@ -68,7 +68,7 @@ def prepare(
     command: str, loaded: LoadedSpec, options: RunOptions
 ) -> tuple[Target, list[str], dict[str, Any]]:
     """Everything that can fail on bad input, done before anything is touched."""
-    target = targets.get(loaded.spec.target)
+    target = registry.get(loaded.spec.target)
     selected = phases.select(command, options.only, options.skip)
     inv = inventory.build(loaded, target.allocate(loaded))
     return target, selected, inv

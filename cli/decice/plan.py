@@ -7,13 +7,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from decice import addons, inventory, phases, targets, versions
+from decice import addons, inventory, phases, versions
 from decice.spec import LoadedSpec
+from decice.targets import registry
 
 
 def build(loaded: LoadedSpec, *, only: list[str], skip: list[str]) -> dict[str, Any]:
     spec = loaded.spec
-    target = targets.get(spec.target)
+    target = registry.get(spec.target)
     selected = phases.select("up", only, skip)
     allocation = target.allocate(loaded)
     inv = inventory.build(loaded, allocation)

@@ -305,12 +305,17 @@ def _fix_for(kind: str) -> str:
 
 def _semantic(label: str, doc: yamlpos.PositionedYaml, spec: Spec) -> list[SpecIssue]:
     """Rules across fields: target needs, dependencies, untested version combinations."""
-    from decice import targets
-
-    issues: list[SpecIssue] = [
-        _issue(label, doc, path, problem, fix)
-        for path, problem, fix in targets.get(spec.target).spec_problems(spec)
-    ]
+    issues: list[SpecIssue] = []
+    if spec.target == "static" and not (spec.hosts or spec.allocation.hosts_file):
+        issues.append(
+            _issue(
+                label,
+                doc,
+                ("target",),
+                "target static needs hosts",
+                "add a 'hosts:' list or set 'allocation.hosts_file'",
+            )
+        )
     seen: set[str] = set()
     for index, name in enumerate(host.name for host in spec.hosts):
         if name not in seen:

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
-from decice import lifecycle, paths, spec, targets
+from decice import lifecycle, paths, spec
 from decice.sim.scheduler_service import placement_flags
+from decice.targets import registry
 from tests.support import BIN, REPO, run_captured, sim_spec
 
 pytestmark = pytest.mark.local
@@ -123,7 +124,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out.mkdir()
     loaded = {case: _loaded(tmp_path, case) for case in CASES}
     plays = [
-        _render_play(case, lifecycle.play_vars(spec_, targets.get("sim")), out)
+        _render_play(case, lifecycle.play_vars(spec_, registry.get("sim")), out)
         for case, spec_ in loaded.items()
     ]
     plays.append(_preflight_play(out))

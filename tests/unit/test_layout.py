@@ -1,5 +1,7 @@
-"""The shape of the tree: no import cycles, targets never reach back into the lifecycle,
-the scheduler package stands alone, test modules do not import each other."""
+"""The shape of the tree: no import cycles (counting what importing a submodule runs:
+its packages' ``__init__``; and imports made for type checking only, which are design
+dependencies too), targets never reach back into the lifecycle, the scheduler package
+stands alone, test modules do not import each other."""
 
 from __future__ import annotations
 
@@ -58,6 +60,13 @@ def _graph(base: Path, package: str, *, runtime_only: bool = True) -> dict[str, 
             if len(targets) < len(names) or not names:
                 targets.append(module)  # a name from the module itself (or `import m`)
             graph[name].update(t for t in targets if t != name)
+    for name in graph:  # importing a.b.c runs a/__init__ and a/b/__init__ first
+        for dep in list(graph[name]):
+            parts = dep.split(".")
+            for i in range(1, len(parts)):
+                parent = ".".join(parts[:i])
+                if parent in files and parent != name and not name.startswith(parent + "."):
+                    graph[name].add(parent)
     return graph
 
 
@@ -104,8 +113,33 @@ def test_cycle_finder_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
+def test_the_graph_counts_package_inits_and_type_only_imports(tmp_path: Path) -> None:
+    """The two ways the spec -> targets -> kubespray -> targets cycle hid (#28)."""
+    pkg = tmp_path / "p"
+    (pkg / "t").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "t" / "__init__.py").write_text("from p.t import hosts\n")
+    (pkg / "t" / "base.py").write_text("")
+    (pkg / "t" / "hosts.py").write_text("def f():\n    from p import k\n")
+    (pkg / "k.py").write_text("from p.t.base import X\n")
+    assert _cycles(_graph(tmp_path, "p")) == [["p.k", "p.t", "p.t.hosts"]]
+    (pkg / "t" / "__init__.py").write_text("")
+    (pkg / "k.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p.t import hosts\n"
+    )
+    (pkg / "t" / "base.py").write_text("from p import k\n")
+    (pkg / "t" / "hosts.py").write_text("from p.t import base\n")
+    assert _cycles(_graph(tmp_path, "p")) == []
+    assert _cycles(_graph(tmp_path, "p", runtime_only=False)) == [["p.k", "p.t.base", "p.t.hosts"]]
+
+
 def test_no_import_cycle_among_cli_modules() -> None:
     assert _cycles(_graph(CLI, "decice")) == []
+
+
+def test_no_cycle_even_through_type_only_imports() -> None:
+    assert _cycles(_graph(CLI, "decice", runtime_only=False)) == []
+    assert _cycles(_graph(SCHEDULER, "decice_scheduler", runtime_only=False)) == []
 
 
 def test_no_import_cycle_in_the_scheduler_package() -> None:

@@ -353,7 +353,14 @@ def test_a_killed_decice_is_found_dead_by_pid_and_start_time(tmp_path: Path) -> 
 def test_argv_is_the_one_reader_of_a_command_line() -> None:
     from decice import proctree
 
-    mine = proctree.argv(os.getpid())
-    assert any(b"pytest" in word for word in mine), mine  # this very run
-    assert all(word and b"\0" not in word for word in mine), mine
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-c", "import time; time.sleep(30)", "a b", "--x=1"]
+    child = subprocess.Popen(argv)
+    try:
+        assert [w.decode() for w in proctree.argv(child.pid)] == argv  # words kept whole
+    finally:
+        child.kill()
+        child.wait()
     assert proctree.argv(2**22 + 12345) == []  # past pid_max: no such process

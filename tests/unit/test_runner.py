@@ -332,7 +332,8 @@ def test_closing_the_run_early_stops_it_and_installs_no_signal_handler(tmp_path:
 
 
 def test_the_plays_get_only_the_spec_sections_they_read(tmp_path: Path) -> None:
-    from decice import lifecycle, spec, targets
+    from decice import lifecycle, spec
+    from decice.targets import registry
 
     text = (
         "name: v\ntarget: sim\nallocation:\n  vars: {token: abc}\n"
@@ -340,7 +341,7 @@ def test_the_plays_get_only_the_spec_sections_they_read(tmp_path: Path) -> None:
     )
     (tmp_path / "decice.yaml").write_text(text)
     loaded = spec.load(tmp_path / "decice.yaml")
-    extravars = lifecycle.play_vars(loaded, targets.get("sim"))
+    extravars = lifecycle.play_vars(loaded, registry.get("sim"))
     assert set(extravars["decice_spec"]) == {"target", "addons", "scheduler"}
     assert extravars["decice_spec"]["addons"]["volcano"]["values"] == {"a": 1}
     assert extravars["decice_spec"]["scheduler"]["qps"] == 7

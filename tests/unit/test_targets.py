@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from decice import targets
 from decice.baselines import baseline_path
 from decice.errors import InputError
 from decice.spec import load
 from decice.spec_model import Spec
+from decice.targets import base, registry
 
 pytestmark = pytest.mark.unit
 
@@ -35,26 +35,26 @@ hosts:
 
 def test_every_spec_target_has_one_target() -> None:
     names = typing.get_args(Spec.model_fields["target"].annotation)
-    assert sorted(names) == sorted(targets.TARGETS)
+    assert sorted(names) == sorted(registry.TARGETS)
     for name in names:
-        assert targets.get(name).name == name
+        assert registry.get(name).name == name
     with pytest.raises(InputError, match="unknown"):
-        targets.get("cloud")
+        registry.get("cloud")
 
 
 def test_python_phases_per_target() -> None:
-    sim = targets.get("sim")
+    sim = registry.get("sim")
     assert set(sim.phases("up")) == {"kubernetes", "scheduler"}
     assert set(sim.phases("down")) == {"scheduler"}
     assert set(sim.phases("reset")) == {"kubernetes"}
     assert not sim.uses_kubespray
     for name in ("lab", "slurm", "pbs", "static"):
-        target = targets.get(name)
+        target = registry.get(name)
         assert target.uses_kubespray
         assert set(target.phases("up")) == {"kubernetes"}
         assert set(target.phases("reset")) == {"kubernetes"}
         assert dict(target.phases("down")) == {}
-    assert targets.get("lab").creates_hosts and not targets.get("static").creates_hosts
+    assert registry.get("lab").creates_hosts and not registry.get("static").creates_hosts
 
 
 def test_static_target_needs_hosts(tmp_path: Path) -> None:
@@ -66,7 +66,7 @@ def test_static_target_needs_hosts(tmp_path: Path) -> None:
 
 
 def test_kubeconfig_path_is_one_place(tmp_path: Path) -> None:
-    assert targets.kubeconfig_path(tmp_path) == tmp_path.resolve() / "kubeconfig"
+    assert base.kubeconfig_path(tmp_path) == tmp_path.resolve() / "kubeconfig"
 
 
 def _run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> dict:
@@ -104,7 +104,7 @@ def test_reset_previews_say_what_they_would_do(tmp_path: Path) -> None:
     record = RunRecord(
         id="r", command="reset", argv=[], pid=0, host="h", spec="s", spec_sha256="", target="sim"
     )
-    ctx = targets.PhaseContext(loaded, record, targets.RunOptions(check=True), lambda _t: None)
+    ctx = base.PhaseContext(loaded, record, base.RunOptions(check=True), lambda _t: None)
     assert sim.preview_reset_kubernetes(ctx) == "check mode, nothing done: nothing is running"
     (tmp_path / ".decice" / "sim").mkdir(parents=True)
     assert "would stop the scheduler, the node agent and the control plane" in (
@@ -150,7 +150,7 @@ def test_a_job_target_outside_a_job_names_the_spec_line(
     spec.write_text(f"name: job\n\ntarget: {target}\n")
     loaded = load(spec)
     with pytest.raises(InputError) as refused:
-        targets.get(target).allocate(loaded)
+        registry.get(target).allocate(loaded)
     message = str(refused.value)
     assert message.startswith(f"{spec}:3: target: {target}: {variable} is not set"), message
     assert "fix: " in message

@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from decice.allocation import Allocation
     from decice.records import RunRecord
     from decice.spec import LoadedSpec
-    from decice.spec_model import Spec
 
 KUBECONFIG_NAME = "kubeconfig"
 
@@ -108,7 +107,6 @@ class Phase:
 
 
 # (path in the spec, what is wrong, how to fix it)
-SpecProblem = tuple[tuple[str | int, ...], str, str]
 
 
 class Target:
@@ -127,10 +125,6 @@ class Target:
     def phases(self, command: str) -> Mapping[str, Phase]:
         """Phases of ``command`` done in Python (phase name -> Phase); others are Ansible."""
         return {}
-
-    def spec_problems(self, spec: Spec) -> list[SpecProblem]:
-        """What this target needs of the spec beyond the schema."""
-        return []
 
     def plan(self, loaded: LoadedSpec, inventory: dict[str, Any]) -> dict[str, Any]:
         """Target-specific sections of `decice plan` (``sim_binaries``, ``kubespray``)."""

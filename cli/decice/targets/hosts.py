@@ -11,14 +11,13 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from decice.targets.base import Phase, SpecProblem, Target
+from decice.targets.base import Phase, Target
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from decice.allocation import Allocation
     from decice.spec import LoadedSpec
-    from decice.spec_model import Spec
 
 
 @contextlib.contextmanager
@@ -67,17 +66,6 @@ class Static(KubesprayHosts):
 
         base = loaded.source.parent if loaded.source else Path.cwd()
         return static.from_spec(loaded.spec, base)
-
-    def spec_problems(self, spec: Spec) -> list[SpecProblem]:
-        if spec.hosts or spec.allocation.hosts_file:
-            return []
-        return [
-            (
-                ("target",),
-                "target static needs hosts",
-                "add a 'hosts:' list or set 'allocation.hosts_file'",
-            )
-        ]
 
 
 class Slurm(KubesprayHosts):
