@@ -351,14 +351,20 @@ def test_a_killed_decice_is_found_dead_by_pid_and_start_time(tmp_path: Path) -> 
 
 
 def test_argv_is_the_one_reader_of_a_command_line() -> None:
-    from decice import proctree
-
     import subprocess
     import sys
+
+    from decice import proctree
 
     argv = [sys.executable, "-c", "import time; time.sleep(30)", "a b", "--x=1"]
     child = subprocess.Popen(argv)
     try:
+        def seen() -> bool:  # the child has exec'd (before that it is this process)
+            return [w.decode() for w in proctree.argv(child.pid)] == argv
+
+        deadline = time.monotonic() + 10
+        while not seen() and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert [w.decode() for w in proctree.argv(child.pid)] == argv  # words kept whole
     finally:
         child.kill()
