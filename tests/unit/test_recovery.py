@@ -359,6 +359,7 @@ def test_argv_is_the_one_reader_of_a_command_line() -> None:
     argv = [sys.executable, "-c", "import time; time.sleep(30)", "a b", "--x=1"]
     child = subprocess.Popen(argv)
     try:
+
         def seen() -> bool:  # the child has exec'd (before that it is this process)
             return [w.decode() for w in proctree.argv(child.pid)] == argv
 
