@@ -9,12 +9,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from decice.allocation import checks
 from decice.interlink import quantity as plugin_quantity
+from decice_scheduler.quantity import parse_quantity
 
 TARGETS = ("sim", "lab", "slurm", "pbs", "static")
 HOST_ROLES = ("control_plane", "etcd", "worker", "edge", "hpc")
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei|e[0-9]+)?\Z")
 _LABEL_KEY = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
 
 Quantity = Annotated[str | int, Field(description="a Kubernetes quantity such as 4, 500m, 16Gi")]
@@ -466,8 +466,12 @@ class SimNodeGroup(_Model):
     @field_validator("capacity")
     @classmethod
     def _capacity(cls, value: dict[str, str | int]) -> dict[str, str | int]:
-        for resource, amount in value.items():
-            if not _QUANTITY.match(str(amount)):
+        for resource, amount in value.items():  # as the node agent and the scheduler read it
+            try:
+                negative = parse_quantity(amount) < 0
+            except ValueError:
+                negative = None
+            if negative is None or negative:
                 raise ValueError(f"{resource}: {amount!r} is not a quantity (e.g. 4, 500m, 16Gi)")
         missing = {"cpu", "memory"} - set(value)
         if missing:

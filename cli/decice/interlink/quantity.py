@@ -10,12 +10,20 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-_QTY = re.compile(r"([+-]?[0-9.]+)(?:[eE]([+-]?[0-9]+))?(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?")
+# Kubernetes' grammar: a number, then one binary suffix, one decimal suffix or one
+# exponent (the exponent first: "1E3" is 1000, a lone "E" is exa); the same grammar as
+# decice_scheduler.quantity, which this stdlib-only copy agrees with (a test checks)
+_QTY = re.compile(
+    r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"(?:[eE]([+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?"
+)
 MAX_EXPONENT = 40
 MAX_VALUE = 2**63 - 1
 _MAX_DIGITS = 100  # a longer number is past MAX_VALUE or a fraction nobody means
 _SUFFIX = {
     "": Fraction(1),
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
     "m": Fraction(1, 1000),
     "k": Fraction(10**3),
     "M": Fraction(10**6),
