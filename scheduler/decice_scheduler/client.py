@@ -494,10 +494,9 @@ class Client:
         ``params`` adds query parameters (label/field selectors). ``read_timeout``
         (default ``server_timeout + 30``) ends a silent stream. Ends when the server
         closes the stream; raises Gone on 410 (as a status or as an ERROR event),
-        ApiError on other failures, and on transport failures (including the read
-        timeout) ApiError with status 0 on the lean HTTP/1.1 path (clients that have
-        it: see the module docstring), httpx errors otherwise. Never retried: the
-        caller re-watches or relists.
+        ApiError on other failures, and ApiError with status 0 on transport failures
+        (including the read timeout), on either HTTP path. Never retried: the caller
+        re-watches or relists.
         """
         query: dict[str, str | int] = {
             **(params or {}),
@@ -513,12 +512,15 @@ class Client:
                 yield event
             return
         timeout = httpx.Timeout(30.0, read=read_timeout)
-        async with self._watch_http.stream("GET", path, params=query, timeout=timeout) as resp:
-            if resp.status_code != 200:
-                text = (await resp.aread()).decode(errors="replace")
-                raise _error("WATCH", path, resp.status_code, text)
-            async for event in _events(path, resp.aiter_bytes()):
-                yield event
+        try:
+            async with self._watch_http.stream("GET", path, params=query, timeout=timeout) as resp:
+                if resp.status_code != 200:
+                    text = (await resp.aread()).decode(errors="replace")
+                    raise _error("WATCH", path, resp.status_code, text)
+                async for event in _events(path, resp.aiter_bytes()):
+                    yield event
+        except httpx.HTTPError as exc:  # the client's errors are its own, on both paths
+            raise ApiError("WATCH", path, 0, repr(exc)) from exc
 
     async def _watch_http1(
         self, path: str, query: Mapping[str, str | int], read_timeout: float

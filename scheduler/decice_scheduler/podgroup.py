@@ -29,8 +29,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from decice_scheduler.client import ApiError, Client, Gone
 
 __all__ = [
@@ -233,7 +231,7 @@ class PodGroupWatch:
                     continue
                 await self._list_and_watch()
                 delay = 0.5
-            except (ApiError, httpx.HTTPError) as exc:
+            except ApiError as exc:
                 log.info("podgroups: %s; retrying in %.1f s", exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)

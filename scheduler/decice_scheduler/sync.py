@@ -17,8 +17,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import httpx
-
 from decice_scheduler.client import ApiError, Client, Gone
 from decice_scheduler.metrics import Metrics
 from decice_scheduler.objects import node_name_of, pod_uid
@@ -86,7 +84,7 @@ class Sync:
             except _Relist as exc:
                 reason = exc.reason
                 delay = 0.5
-            except (ApiError, httpx.HTTPError, Gone) as exc:
+            except ApiError as exc:  # Gone is one
                 # a failed LIST: retry with backoff (the watches were not running)
                 log.warning("list failed (%s); retrying in %.1f s", exc, delay)
                 reason = "list-error"
@@ -194,7 +192,7 @@ class Sync:
                     delay = 0.2
             except Gone as exc:
                 raise _Relist("gone") from exc
-            except (ApiError, httpx.HTTPError) as exc:
+            except ApiError as exc:
                 log.info(
                     "%s watch ended (%s); resuming from %s in %.1f s", resource, exc, rv, delay
                 )

@@ -371,6 +371,33 @@ def test_watch_cut_inside_an_event_is_an_error() -> None:
         watch_all(mock_client(handler), "/api/v1/pods", "4")
 
 
+class _Cut(httpx.AsyncByteStream):
+    """A stream whose connection drops after its first event."""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield event("ADDED", "5") + b"\n"
+        raise httpx.ReadError("connection reset")
+
+
+def test_a_transport_failure_on_the_watch_is_the_clients_own_error() -> None:
+    """#28: callers catch ApiError only; an httpx error never leaks out of a watch."""
+    handler, _ = answers(httpx.ConnectError("refused"), httpx.Response(200, stream=_Cut()))
+    kube = mock_client(handler)
+    with pytest.raises(ApiError) as refused:
+        watch_all(kube, "/api/v1/pods", "1")
+    assert refused.value.status == 0 and "refused" in str(refused.value)
+
+    async def until_cut() -> list[str]:
+        kinds: list[str] = []
+        with pytest.raises(ApiError) as cut:
+            async for e in kube.watch("/api/v1/pods", "1"):
+                kinds.append(e["type"])
+        assert cut.value.status == 0 and not isinstance(cut.value.__cause__, ApiError)
+        return kinds
+
+    assert run(until_cut()) == ["ADDED"]
+
+
 def test_watch_410_status_and_error_event_raise_gone() -> None:
     expired = json.dumps({"type": "ERROR", "object": {"code": 410, "message": "too old"}}).encode()
     failed = json.dumps({"type": "ERROR", "object": {"code": 500, "message": "boom"}}).encode()

@@ -171,3 +171,23 @@ def test_test_modules_do_not_import_each_other() -> None:
             ):
                 offenders.append(f"{path.relative_to(ROOT)} imports {module}")
     assert offenders == []
+
+
+def test_only_the_kubernetes_client_names_httpx_errors() -> None:
+    """One client layer (#28): decice_scheduler.client turns every transport failure into
+    its ApiError; no caller catches an httpx error (the sim's virtual kubelet, whose own
+    httpx client talks to the interLink plugin, is the one other)."""
+    allowed = {
+        SCHEDULER / "decice_scheduler" / "client.py",
+        CLI / "decice" / "sim" / "vkubelet.py",
+    }
+    offenders = []
+    for path in [*(CLI / "decice").rglob("*.py"), *(SCHEDULER / "decice_scheduler").rglob("*.py")]:
+        if path in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ExceptHandler) and node.type is not None:
+                names = ast.unparse(node.type)
+                if "httpx." in names:
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} catches {names}")
+    assert offenders == []

@@ -66,8 +66,6 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
-import httpx
-
 from decice import atomicfile
 from decice.sim import simnodes
 from decice.sim.simnodes import SimNode
@@ -480,7 +478,7 @@ class NodeAgent:
                         backoff = 0.5
             except Gone:
                 log.info("pod watch expired (410): relisting")
-            except (ApiError, httpx.HTTPError, ValueError) as exc:
+            except (ApiError, ValueError) as exc:
                 log.warning("pod sync failed (%s); relisting in %.1f s", exc, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
@@ -801,7 +799,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         asyncio.run(serve())
-    except (ApiError, httpx.HTTPError, OSError) as exc:
+    except (ApiError, OSError) as exc:
         log.error("agent failed: %s", exc)
         return 1
     log.info("agent stopped")
