@@ -278,4 +278,5 @@ def test_a_walltime_kill_is_deadline_exceeded(site: Site) -> None:
     ended = site.terminated(site.walltime_pod, timeout=180)
     assert ended["reason"] == "DeadlineExceeded", ended
     assert "reached its time limit" in ended["message"] and ended["exitCode"] == 143
-    assert site.log(site.walltime_pod) == "started\n"
+    # what the container wrote before SLURM stopped it (its shell may add "Terminated")
+    assert site.log(site.walltime_pod).startswith("started\n")
