@@ -17,16 +17,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from decice import targets
 from decice.errors import DeciceError
 from decice.lifecycle import play_vars
 from decice.spec import load
+from decice.targets import registry
 
 
 def playbook_vars(spec: Path) -> dict[str, Any]:
     """The extra variables of a `decice up` run of ``spec`` (decice.lifecycle.play_vars)."""
     loaded = load(spec)
-    return play_vars(loaded, targets.get(loaded.spec.target))
+    return play_vars(loaded, registry.get(loaded.spec.target))
 
 
 def main(argv: list[str]) -> int:

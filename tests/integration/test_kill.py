@@ -78,6 +78,10 @@ LOCAL_SPEC = local_spec(
     "prepare_sysctl_file: {work}/90-decice.conf",
     "prepare_modules_file: {work}/decice.conf",
     "baseline_paths: [{work}/tracked]",
+    # the local phases open no port; on a machine running other tests beside this one
+    # (their control planes listen on loopback), the ports section would compare those
+    "verify_sections: [hostname, packages, services, mounts, swap, fstab, sysctls, modules,"
+    " paths, iptables, ip6tables, nftables, interfaces, users, groups]",
 )
 SIM_SPEC = """\
 name: kill-sim
