@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gzip
 import http.server
 import importlib.util
+import io
 import os
 import re
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -274,3 +277,27 @@ def tunnel_key_options(port: int = 3000) -> str:
     path = REPO / "ansible_collections/decice/hybrid/roles/interlink/vars/main.yml"
     template = str(yaml.safe_load(path.read_text())["interlink__key_options"])
     return template.replace("{{ interlink__tunnel_port }}", str(port)).strip()
+
+
+def repack_chart(
+    src: Path, dest: Path, edit: Callable[[dict[str, bytes]], object] | None = None
+) -> Path:
+    """The chart archive ``src`` packed again the way another tool would (members in
+    reverse order, other mtimes, owners and modes, GNU format, gzip level 1), so its bytes
+    differ and its content does not; ``edit`` may first change the files (path below the
+    top directory -> bytes) in place. Writes and returns ``dest``."""
+    with tarfile.open(src, "r:gz") as tar:
+        members = [m for m in tar.getmembers() if m.isfile()]
+        top = members[0].name.split("/", 1)[0]
+        files = {m.name.split("/", 1)[1]: tar.extractfile(m).read() for m in members}  # type: ignore[union-attr]
+    if edit is not None:
+        edit(files)
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as out:
+        for rel in sorted(files, reverse=True):
+            info = tarfile.TarInfo(f"{top}/{rel}")
+            info.size, info.mtime, info.mode = len(files[rel]), 1_000_000_000, 0o755
+            info.uid, info.gid, info.uname, info.gname = 1000, 1000, "someone", "users"
+            out.addfile(info, io.BytesIO(files[rel]))
+    dest.write_bytes(gzip.compress(raw.getvalue(), compresslevel=1, mtime=0))
+    return dest

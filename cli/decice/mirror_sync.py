@@ -57,6 +57,7 @@ class Pin:
     file: str
     sha256: str
     url: str | None
+    content_sha256: str | None = None  # a chart's content pin (docs/addons.md)
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,10 @@ def _pin(component: str, table: Mapping[str, Any]) -> Pin | None:
         raise InputError(f"{where}.sha256: {sha256!r} is not a sha256 (64 hex digits)")
     if url is not None and not isinstance(url, str):
         raise InputError(f"{where}.url: {url!r} must be a URL or null")
-    return Pin(file, sha256.lower(), url or None)
+    content = artifact.get("content_sha256")
+    if content is not None and not (isinstance(content, str) and _SHA256.fullmatch(content)):
+        raise InputError(f"{where}.content_sha256: {content!r} is not a sha256 (64 hex digits)")
+    return Pin(file, sha256.lower(), url or None, content.lower() if content else None)
 
 
 def dest_dir(loaded: LoadedSpec, dest: Path | None) -> Path:
@@ -202,12 +206,21 @@ def require_helm(helm: str) -> str:
 
 
 def fetch(entry: Entry, pin: Pin, dest: Path, source: mirror.Mirror | None) -> Item:
-    """Place ``pin.file`` below ``dest`` (kept when it already has the pinned sha256)."""
+    """Place ``pin.file`` below ``dest`` (kept when it already is the pinned artifact).
+
+    A chart with a content pin is taken in any packaging whose content matches (upstream's
+    own tgz); ``item.sha256`` is then the sha256 of the file placed, not the mirror pin's.
+    """
     item = Item(entry.addon, entry.component, "kept", pin.file, pin.sha256)
     target = dest.joinpath(*pin.file.split("/"))
-    if target.is_file() and mirror.sha256_file(target) == pin.sha256:
-        item.detail = "already has the pinned sha256"
-        return item
+    if target.is_file():
+        try:
+            kept = _pinned(target, pin, str(target))
+        except mirror.MirrorError:  # another chart: fetched again below
+            kept = None
+        if kept is not None:
+            item.sha256, item.detail = kept
+            return item
     if source is not None:
         item.source = source.location(*pin.file.split("/"))
     elif pin.url is not None:
@@ -219,8 +232,15 @@ def fetch(entry: Entry, pin: Pin, dest: Path, source: mirror.Mirror | None) -> I
             f"use --from a mirror that has {pin.file}"
         )
         return item
+    staged = target.with_name(f".{target.name}.verify")
     try:
-        mirror.download(item.source, target, sha256=pin.sha256)
+        if pin.content_sha256 is None:
+            item.sha256 = mirror.download(item.source, target, sha256=pin.sha256)
+        else:
+            fetched = mirror.download(item.source, staged)
+            _pinned(staged, pin, item.source)  # with a content pin: raises unless it matches
+            item.sha256 = fetched
+            staged.replace(target)
     except mirror.ChecksumError as exc:
         item.status = "failed"
         item.detail = (
@@ -232,8 +252,32 @@ def fetch(entry: Entry, pin: Pin, dest: Path, source: mirror.Mirror | None) -> I
         item.status = "failed"
         item.detail = f"{exc}; {target} left unchanged"
         return item
+    finally:
+        staged.unlink(missing_ok=True)
     item.status = "copied"
     return item
+
+
+def _pinned(path: Path, pin: Pin, source: str) -> tuple[str, str] | None:
+    """(sha256, how) when ``path`` is the pinned artifact; None when it is not and has no
+    content pin to be checked against; :class:`mirror.MirrorError` when it has one and the
+    content is another chart's."""
+    sha256 = mirror.sha256_file(path)
+    if sha256 == pin.sha256:
+        return sha256, "already has the pinned sha256"
+    if pin.content_sha256 is None:
+        return None
+    chartpin = paths.module_utils("chartpin")
+    try:
+        content = chartpin.file_content(str(path)).digest
+    except chartpin.ChartError as exc:
+        raise mirror.MirrorError(f"{source}: {exc}") from None
+    if content != pin.content_sha256:
+        raise mirror.MirrorError(
+            f"{source}: content sha256 {content} is not the pinned {pin.content_sha256} "
+            f"(and sha256 {sha256} is not the pinned {pin.sha256})"
+        )
+    return sha256, "the pinned chart by its content pin"
 
 
 def merge_sums(dest: Path, placed: Mapping[str, str], *, check: Iterable[str] = ()) -> list[str]:
@@ -443,7 +487,7 @@ def sync(
         if item.status in NOT_SYNCED:
             missing.add(entry.addon)
             continue
-        placed[entry.pin.file] = entry.pin.sha256
+        placed[entry.pin.file] = item.sha256 or entry.pin.sha256
         if entry.addon != KUBERNETES:  # binaries and archives: no images in them
             charts.setdefault(entry.addon, []).append(dest.joinpath(*entry.pin.file.split("/")))
     result.sums_written = merge_sums(dest, placed)

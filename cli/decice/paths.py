@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import stat
+import sys
 from pathlib import Path
+from types import ModuleType
 
 from decice.errors import InputError
 
@@ -26,6 +30,21 @@ def collection_root() -> Path:
 def collection_dir() -> Path:
     """The ``decice.hybrid`` collection directory."""
     return collection_root() / "ansible_collections" / "decice" / "hybrid"
+
+
+@functools.cache
+def module_utils(name: str) -> ModuleType:
+    """The collection's ``plugins/module_utils/<name>.py``, loaded once: code the CLI shares
+    with the collection's modules, which run without the CLI (e.g. ``chartpin``)."""
+    path = collection_dir() / "plugins" / "module_utils" / f"{name}.py"
+    qualified = f"decice._module_utils.{name}"
+    spec = importlib.util.spec_from_file_location(qualified, path)
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(f"{path}: not loadable")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[qualified] = module  # dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
 
 
 def versions_file() -> Path:

@@ -28,7 +28,15 @@ from kubernetes.client.rest import ApiException
 
 from decice.sim.binaries import BinarySet
 from decice.sim.controlplane import ControlPlaneInfo
-from tests.support import REPO, localhost_recap, require, run_decice, run_playbook, wait_for
+from tests.support import (
+    REPO,
+    localhost_recap,
+    repack_chart,
+    require,
+    run_decice,
+    run_playbook,
+    wait_for,
+)
 
 pytestmark = pytest.mark.addons
 
@@ -181,15 +189,22 @@ def test_leftover_webhook_blocks_pods_until_down_removes_it(env: dict[str, Any])
     core.delete_namespaced_pod("blocked", "default", grace_period_seconds=0)
 
 
+def _values_changed(files: dict[str, bytes]) -> None:
+    files["values.yaml"] += b"# one more line\n"
+
+
 def test_checksum_mismatch_stops_before_anything_is_installed(env: dict[str, Any]) -> None:
     bad = env["tmp"] / "bad-mirror"
     shutil.copytree(MIRROR / "charts", bad / "charts")
     chart = bad / "charts" / "volcano-1.15.1.tgz"
-    chart.write_bytes(chart.read_bytes() + b"\0")
+    chart.chmod(0o644)
+    repack_chart(MIRROR / "charts" / chart.name, chart, edit=_values_changed)  # bytes and content
     rc, out, _ = _play("up", _vars(env["tmp"], env["kubeconfig"], env["helm"], bad, ("volcano",)))
     assert rc != 0
     assert (
-        f"{chart}: sha256 " in out and "is not the pinned" in out and "Nothing was installed" in out
+        f"{chart}: content sha256 " in out
+        and "is not the pinned" in out
+        and "Nothing was installed" in out
     )
     names = {n.metadata.name for n in client.CoreV1Api(env["api"]).list_namespace().items}
     assert "volcano-system" not in names
@@ -241,7 +256,10 @@ def test_cli_up_idempotent_recovers_down_zero_leftovers_reset_verify(
         assert sum(counts["changed"] for counts in record["stats"].values()) > 0, record["stats"]
         pinned = versions.pinned()
         for name, key in (("volcano", "volcano"), ("kubeflow", "kubeflow_trainer")):
-            assert record["installed"][name]["sha256"] == pinned[key]["artifact"]["sha256"]
+            installed, artifact = record["installed"][name], pinned[key]["artifact"]
+            assert installed["sha256"] == artifact["sha256"]
+            assert installed["content_sha256"] == artifact["content_sha256"]
+            assert (installed["verified_by"], installed["origin"]) == ("sha256", "mirror.path")
             assert record["installed"][name]["version"] == pinned[key]["version"]
             assert record["verified"][name].count("not possible on sim") == 1
         assert record["installed"]["volcano"]["adapted_for_sim"], "the sim adaptation is listed"

@@ -21,7 +21,16 @@ import pytest
 
 from decice import mirror, paths, versions
 from decice.targets.base import helm_binary
-from tests.support import BIN, REPO, require, run_captured, run_decice, served_directory, sim_spec
+from tests.support import (
+    BIN,
+    REPO,
+    repack_chart,
+    require,
+    run_captured,
+    run_decice,
+    served_directory,
+    sim_spec,
+)
 
 pytestmark = pytest.mark.addons
 
@@ -48,6 +57,10 @@ def sync(cwd: Path, *args: str) -> tuple[int, dict[str, Any], str]:
 
 def statuses(data: dict[str, Any]) -> dict[str, str]:
     return {i["component"]: i["status"] for i in data["artifacts"]}
+
+
+def _one_byte_changed(files: dict[str, bytes]) -> None:
+    files["values.yaml"] = files["values.yaml"].replace(b"v1.15.1", b"v1.15.2", 1)
 
 
 def assert_matches_pins(dest: Path, pins: dict[str, dict[str, Any]]) -> None:
@@ -105,7 +118,7 @@ def test_tampered_source_is_refused_and_destination_unchanged(
     volcano = pins["volcano"]
     tampered = source / volcano["file"]
     tampered.chmod(0o644)
-    tampered.write_bytes(tampered.read_bytes() + b"\0")
+    repack_chart(MIRROR / volcano["file"], tampered, edit=_one_byte_changed)
     dest = tmp_path / "mirror"
     (dest / "charts").mkdir(parents=True)
     (dest / volcano["file"]).write_bytes(b"an older copy")
@@ -114,7 +127,7 @@ def test_tampered_source_is_refused_and_destination_unchanged(
     item = next(i for i in data["artifacts"] if i["component"] == "volcano")
     assert item["status"] == "failed"
     assert str(tampered) in item["detail"]
-    assert volcano["sha256"] in item["detail"]
+    assert volcano["sha256"] in item["detail"] and volcano["content_sha256"] in item["detail"]
     assert mirror.sha256_file(tampered) in item["detail"]
     assert (dest / volcano["file"]).read_bytes() == b"an older copy"
     assert statuses(data)["kubeflow_trainer"] == "copied"  # everything else was still done
@@ -212,3 +225,110 @@ def test_synced_directory_is_a_mirror_the_engine_accepts(
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert re.search(r"localhost\s+:.*failed=0", result.stdout), result.stdout
+
+
+def test_another_packaging_is_taken_by_its_content_pin_and_another_chart_never(
+    tmp_path: Path, pins: dict[str, dict[str, Any]]
+) -> None:
+    """Upstream's own tgz of a chart differs byte-wise from the mirror's (EdgeMesh's does;
+    scripts/chart_content_digest.py shows both have one content pin): sync and the engine
+    take it by its content pin, from a source mirror, an upstream URL or a chart directory;
+    a chart with one byte changed, or a directory with a symlink out of it, is refused
+    naming source and pins, and the engine keeps no download of it."""
+    volcano = pins["volcano"]
+    source = tmp_path / "source"
+    (source / "charts").mkdir(parents=True)
+    other = repack_chart(MIRROR / volcano["file"], source / volcano["file"])
+    assert mirror.sha256_file(other) != volcano["sha256"]
+    dest = tmp_path / "mirror"
+    code, data, err = sync(tmp_path, "--dest", str(dest), "--from", str(source))
+    item = next(i for i in data["artifacts"] if i["component"] == "volcano")
+    assert (item["status"], item["sha256"]) == ("copied", mirror.sha256_file(other)), err
+    assert code == 1  # the other charts are not in this source
+    sums = mirror.parse_sha256sums((dest / "charts" / mirror.SUMS_FILE).read_text())
+    assert sums["volcano-1.15.1.tgz"] == mirror.sha256_file(other)  # what the mirror holds
+
+    served = tmp_path / "served"
+    (served / "charts").mkdir(parents=True)
+    shutil.copy(other, served / "charts" / "volcano-1.15.1.tgz")
+    repack_chart(MIRROR / volcano["file"], served / "charts" / "bad.tgz", edit=_one_byte_changed)
+    chart_dir = tmp_path / "chart-dir"
+    shutil.unpack_archive(MIRROR / volcano["file"], chart_dir)
+    outside = tmp_path / "chart-out"
+    shutil.copytree(chart_dir, outside)
+    (outside / "volcano" / "templates" / "secret.yaml").symlink_to("/etc/hostname")
+
+    def resolve(name: str, artifact: dict[str, Any], mirror_path: str = "") -> dict[str, Any]:
+        return {
+            "name": f"Resolve {name}",
+            "ansible.builtin.include_role": {
+                "name": "decice.hybrid.addon_engine",
+                "tasks_from": "resolve.yml",
+            },
+            "vars": {
+                "addon_engine_name": name,
+                "addon_engine_artifact": artifact,
+                "addon_engine_mirror": mirror_path,
+            },
+        }
+
+    def content(name: str, path: Path) -> dict[str, Any]:
+        return {
+            "name": f"Verify {name}",
+            "decice.hybrid.chart_content": {
+                "path": str(path),
+                "content_sha256": volcano["content_sha256"],
+                "helm": helm_binary(),
+            },
+            "register": name,
+            "failed_when": False,
+        }
+
+    cache = tmp_path / "state" / "artifacts"
+    with served_directory(served) as url:
+        tasks = [
+            resolve("synced", dict(volcano), str(dest)),
+            {"ansible.builtin.set_fact": {"synced": "{{ addon_engine_artifact_checked }}"}},
+            resolve("upstream", {**volcano, "url": f"{url}/charts/volcano-1.15.1.tgz"}),
+            {"ansible.builtin.set_fact": {"upstream": "{{ addon_engine_artifact_checked }}"}},
+            content("directory", chart_dir / "volcano"),
+            content("outside", outside / "volcano"),
+            {
+                "block": [resolve("bad", {**volcano, "file": "charts/bad.tgz",
+                                          "url": f"{url}/charts/bad.tgz"})],
+                "rescue": [{"ansible.builtin.set_fact": {"bad": "{{ ansible_failed_result }}"}}],
+            },
+            {"ansible.builtin.debug": {"msg": "{{ {'synced': synced, 'upstream': upstream, "
+                                              "'directory': directory, 'outside': outside, "
+                                              "'bad': bad} | to_json }}"}},
+        ]  # fmt: skip
+        play = tmp_path / "resolve.yml"
+        play.write_text(json.dumps([{
+            "hosts": "localhost", "connection": "local", "gather_facts": False,
+            "vars_files": [str(paths.versions_file())], "tasks": tasks,
+        }]))  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+        env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+                   ANSIBLE_STDOUT_CALLBACK="json")  # fmt: skip
+        extra = {"decice_state_dir": str(tmp_path / "state"),
+                 "ansible_python_interpreter": sys.executable}  # fmt: skip
+        result = run_captured(
+            [str(BIN / "ansible-playbook"), "-i", "localhost,", str(play), "-e", json.dumps(extra)],
+            cwd=REPO, env=env, timeout=300,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr
+    tasks_out = json.JSONDecoder().raw_decode(result.stdout)[0]["plays"][0]["tasks"]
+    seen = json.loads(tasks_out[-1]["hosts"]["localhost"]["msg"])
+    assert seen["synced"]["verified_by"] == "content"
+    assert seen["synced"]["origin"] == "mirror.path"
+    assert seen["upstream"]["verified_by"] == "content", seen
+    assert seen["upstream"]["sha256"] == mirror.sha256_file(other)
+    assert seen["directory"]["verified_by"] == "content"  # helm package of the directory
+    assert seen["directory"]["content_sha256"] == volcano["content_sha256"]
+    outside_msg = seen["outside"]["msg"]
+    assert "verified_by" not in seen["outside"]
+    assert "templates/secret.yaml is a symlink to /etc/hostname" in outside_msg
+    refused = seen["bad"]["msg"]
+    assert f"{url}/charts/bad.tgz" in refused and volcano["content_sha256"] in refused
+    assert "Nothing was installed" in refused
+    assert not (cache / "charts" / "bad.tgz").exists()  # the refused download is not kept

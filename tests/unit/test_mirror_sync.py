@@ -67,7 +67,9 @@ def test_real_pins_are_read_from_the_versions_file(tmp_path: Path) -> None:
     table = versions.pinned()
     got = {e.component: e for e in mirror_sync.entries(load_spec(tmp_path))}
     volcano = table["volcano"]["artifact"]
-    assert got["volcano"].pin == mirror_sync.Pin(volcano["file"], volcano["sha256"], volcano["url"])
+    assert got["volcano"].pin == mirror_sync.Pin(
+        volcano["file"], volcano["sha256"], volcano["url"], volcano["content_sha256"]
+    )
     assert got["kubeflow_trainer"].pin is not None
     assert got["kubeflow_trainer"].pin.url is None  # OCI only
     for component, e in got.items():
@@ -83,6 +85,7 @@ def test_real_pins_are_read_from_the_versions_file(tmp_path: Path) -> None:
         ({"file": "charts/x.tgz", "sha256": "g" * 64, "url": None}, "sha256"),
         ({"file": "charts//x.tgz", "sha256": "a" * 64, "url": None}, "file"),
         ({"file": "charts/x.tgz", "sha256": "a" * 64, "url": 3}, "url"),
+        ({"file": "charts/x.tgz", "sha256": "a" * 64, "content_sha256": "b"}, "content_sha256"),
     ],
 )
 def test_bad_pin_is_input_error_naming_the_field(artifact: dict[str, Any], field: str) -> None:
