@@ -9,10 +9,11 @@ VENV=${VENV:-.venv}
 WITH_TEST=${WITH_TEST:-0}
 
 # Host packages: podman nodes (lab), SLURM submit host, the offline control-plane build (sim),
-# strace (the hostile-input harness).
+# strace (the hostile-input harness), docker-registry (a loopback OCI registry standing in for
+# upstream registries in the add-on tests).
 APT_PACKAGES=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs openssh-client
               munge slurm-client rsync golang-1.19-go golang-github-modern-go-reflect2-dev
-              dpkg-dev patch quilt unzip iproute2 strace)
+              dpkg-dev patch quilt unzip iproute2 strace docker-registry)
 # Packages wanted only when their command is missing (another vendor may provide it).
 declare -A APT_FOR_COMMAND=([npm]=npm)
 

@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from decice import addons, inventory, phases, versions
+from decice import addons, inventory, mirror, paths, phases, versions
 from decice.spec import LoadedSpec
 from decice.targets import registry
 
@@ -37,6 +37,7 @@ def build(loaded: LoadedSpec, *, only: list[str], skip: list[str]) -> dict[str, 
 
         components.append({"name": "decice-scheduler", "version": __version__, "enabled": True})
     details: dict[str, Any] = {"sim_binaries": None, "kubespray": None}
+    details["artifacts"] = artifact_sources(loaded)
     details.update(target.plan(loaded, inv))
     return {
         "name": spec.name,
@@ -63,6 +64,55 @@ def build(loaded: LoadedSpec, *, only: list[str], skip: list[str]) -> dict[str, 
         "components": components,
         **details,
     }
+
+
+def artifact_sources(loaded: LoadedSpec) -> dict[str, dict[str, Any]]:
+    """Where `up` takes each add-on chart from, decided as the add-on engine's resolve step
+    decides (mirror.path, mirror.url, else the artifact's url, oci or source, through
+    upstream.rewrite): component -> {addon, enabled, from, location[, version, path]}."""
+    spec = loaded.spec
+    base = loaded.source.parent if loaded.source else None
+    site = mirror.from_spec(spec.mirror, base) if base is not None else None
+    rewrite = paths.module_utils("upstream").rewritten
+    table = versions.pinned()
+    out: dict[str, dict[str, Any]] = {}
+    for addon in addons.registry():
+        for component in addon.components:
+            artifact = (table.get(component) or {}).get("artifact")
+            if not isinstance(artifact, dict):
+                continue
+            row: dict[str, Any] = {
+                "addon": addon.name,
+                "enabled": spec.addons.get(addon.name).enabled,
+            }
+            oci, source = artifact.get("oci") or {}, artifact.get("source") or {}
+            if site is not None:
+                where = "/".join((site.root, artifact["file"]))
+                row.update({"from": f"mirror.{site.kind}", "location": where})
+            elif artifact.get("url"):
+                row.update(
+                    {"from": "url", "location": rewrite(artifact["url"], spec.upstream.rewrite)}
+                )
+            elif oci.get("ref"):
+                row.update(
+                    {
+                        "from": "oci",
+                        "location": rewrite(oci["ref"], spec.upstream.rewrite),
+                        "version": oci.get("version"),
+                    }
+                )
+            elif source.get("archive"):
+                row.update(
+                    {
+                        "from": "source",
+                        "path": source.get("path"),
+                        "location": rewrite(source["archive"], spec.upstream.rewrite),
+                    }
+                )
+            else:
+                row.update({"from": None, "location": None})
+            out[component] = row
+    return out
 
 
 def render(data: dict[str, Any], console: Console) -> None:
@@ -99,6 +149,19 @@ def render(data: dict[str, Any], console: Console) -> None:
     for comp in data["components"]:
         table.add_row(comp["name"], comp["version"], "" if comp["enabled"] else "[dim]off[/]")
     console.print(table)
+    if data.get("artifacts"):
+        table = Table(box=None, header_style="bold", title="add-on charts", title_justify="left")
+        for column in ("component", "from", "location"):
+            table.add_column(column)
+        for name, row in data["artifacts"].items():
+            where = row["location"] or "[red]none: set mirror.path or mirror.url[/]"
+            if row.get("path"):
+                where += f" ({row['path']})"
+            if row.get("version"):
+                where += f" --version {row['version']}"
+            origin = row["from"] or "-"
+            table.add_row(name, origin if row["enabled"] else f"[dim]{origin} (off)[/]", where)
+        console.print(table)
     kubespray = data.get("kubespray")
     if kubespray:
         cluster = kubespray["commands"]["cluster.yml"]

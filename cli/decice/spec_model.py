@@ -439,6 +439,43 @@ class MirrorSpec(_Model):
         return self
 
 
+_UPSTREAM_KEY = re.compile(r"^(https|oci)://[A-Za-z0-9.-]+(:[0-9]{1,5})?/\S*\Z")
+_UPSTREAM_VALUE = {
+    "https": re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/\S*\Z"),
+    "oci": re.compile(r"^oci://[A-Za-z0-9.-]+(:[0-9]{1,5})?/\S*\Z"),
+}
+
+
+class UpstreamSpec(_Model):
+    """Where upstream's own artifacts are fetched from when no mirror is set: a proxy or an
+    internal copy of upstream's hosts (docs/addons.md "Upstream sources")."""
+
+    # upstream URL or OCI prefix (with its host and a "/") -> the prefix to fetch from instead
+    rewrite: dict[str, str] = Field(default_factory=dict)
+    # allow http:// replacements and OCI registries without TLS (helm --plain-http)
+    plain_http: bool = False
+
+    @model_validator(mode="after")
+    def _prefixes(self) -> UpstreamSpec:
+        for key, value in self.rewrite.items():
+            found = _UPSTREAM_KEY.match(key)
+            if found is None:
+                raise ValueError(
+                    f"upstream.rewrite key {key!r}: give an https:// or oci:// prefix with its "
+                    "host and a trailing /, e.g. 'https://github.com/'"
+                )
+            scheme = found.group(1)
+            if not _UPSTREAM_VALUE[scheme].match(value):
+                form = "http(s)://host/..." if scheme == "https" else "oci://host/..."
+                raise ValueError(f"upstream.rewrite[{key!r}]: {value!r} is not a {form} prefix")
+            if value.startswith("http://") and not self.plain_http:
+                raise ValueError(
+                    f"upstream.rewrite[{key!r}]: {value!r} is plain HTTP; "
+                    "set upstream.plain_http: true to allow it"
+                )
+        return self
+
+
 class Taint(_Model):
     key: str
     value: str = ""
@@ -519,6 +556,7 @@ class Spec(_Model):
     addons: AddonsSpec = AddonsSpec()
     scheduler: SchedulerSpec = SchedulerSpec()
     mirror: MirrorSpec | None = None
+    upstream: UpstreamSpec = UpstreamSpec()
     sim: SimSpec = SimSpec()
     lab: LabSpec = LabSpec()
 

@@ -1,6 +1,11 @@
 """KubeEdge (cloudcore), EdgeMesh and Sedna from the REAL charts (../shared/mirror) on a
 sim of the CLI's own, through `decice up`/`down` (the collection's playbooks).
 
+The lifecycle test sets no mirror: the charts come from their upstream sources - cloudcore
+and Sedna as chart directories in tag archives, EdgeMesh as upstream's own tgz (repacked,
+so only its content pin matches) - served by loopback stand-ins built from the mirror's
+charts (tests/support.upstream_standins) through the spec's `upstream.rewrite`.
+
 One lifecycle: up -> ready -> up again changes nothing -> down -> zero leftovers, checked
 by decice's own scan (down fails otherwise), by `verify --only cluster` and by an
 independent discovery diff. An Istio CRD present before the add-ons (as a real Istio
@@ -14,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +30,7 @@ from kubernetes import client, config
 from decice import versions
 from decice.sim.binaries import BinarySet
 from tests.integration.simsupport import api_objects
-from tests.support import REPO, require, run_captured, run_decice
+from tests.support import REPO, require, run_captured, run_decice, upstream_standins
 
 pytestmark = pytest.mark.addons
 
@@ -129,11 +135,23 @@ def _new_run_files(runs: Path, before: set[Path]) -> list[Path]:
     return [p for d in runs.iterdir() if d not in before for p in d.rglob("*") if p.is_file()]
 
 
+@pytest.fixture
+def upstream(sim_binaries: BinarySet, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """The spec's `upstream` section pointing at stand-ins for the three charts' sources."""
+    require((MIRROR / "charts" / "SHA256SUMS").is_file(), f"the upstream mirror {MIRROR}")
+    pins = {c: versions.pinned()[c]["artifact"] for c in ("kubeedge", "edgemesh", "sedna")}
+    (tmp_path / "upstream").mkdir()
+    helm = str(sim_binaries.path("helm"))
+    with upstream_standins(MIRROR, tmp_path / "upstream", pins, helm) as section:
+        yield section
+
+
 def test_cli_up_idempotent_down_zero_leftovers_psk_nowhere(
-    sim_binaries: BinarySet, tmp_path: Path
+    sim_binaries: BinarySet, tmp_path: Path, upstream: dict[str, Any]
 ) -> None:
     """The acceptance path through the CLI, one lifecycle: `decice up` on a sim spec with
-    kubeedge (and EdgeMesh) and sedna from the mirror ends ok and says what is not possible
+    kubeedge (and EdgeMesh) and sedna from their upstream sources ends ok, records where
+    each chart came from and which pin it matched, and says what is not possible
     on sim; a second up changes nothing; `down` leaves nothing (decice's own scan, `verify
     --only cluster` and an independent discovery diff); the PSK is in no output and in no
     file of the state dir (run records and ansible-runner artifacts included) but its own
@@ -146,7 +164,7 @@ def test_cli_up_idempotent_down_zero_leftovers_psk_nowhere(
         f"sim:\n  nodes:\n{nodes}"
         "addons:\n  volcano: {enabled: false}\n  kubeedge: {enabled: true}\n"
         "  sedna: {enabled: true}\n  interlink: {enabled: false}\n  kubeflow: {enabled: false}\n"
-        f"mirror:\n  path: {MIRROR}\n"
+        + yaml.safe_dump({"upstream": upstream})
     )
     state = tmp_path / ".decice"
     kubeconfig, helm = state / "kubeconfig", sim_binaries.path("helm")
@@ -166,6 +184,9 @@ def test_cli_up_idempotent_down_zero_leftovers_psk_nowhere(
         assert sum(counts["changed"] for counts in record["stats"].values()) > 0, record["stats"]
         for name in ("kubeedge", "sedna"):
             assert record["installed"][name]["version"], record["installed"]
+            assert record["installed"][name]["origin"] == "source", record["installed"][name]
+            assert record["installed"][name]["verified_by"] == "content"
+        assert record["installed"]["edgemesh"]["origin"] == "url", record["installed"]
         assert "not possible on sim" in record["verified"]["kubeedge"], record["verified"]
         assert "not possible on sim" in record["verified"]["edge_join"], record["verified"]
         releases = (("cloudcore", "kubeedge"), ("edgemesh", "kubeedge"), ("sedna", "sedna"))

@@ -143,6 +143,10 @@ class Target:
         base = loaded.source.parent if loaded.source else Path.cwd()
         resolved = mirror.from_spec(loaded.spec.mirror, base)
         out: dict[str, Any] = {"decice_helm": self.helm(loaded)}
+        upstream = loaded.spec.upstream
+        if upstream.rewrite or upstream.plain_http:
+            out["decice_upstream_rewrite"] = dict(upstream.rewrite)
+            out["decice_upstream_plain_http"] = upstream.plain_http
         if resolved is not None:
             key = "decice_mirror" if resolved.is_local else "decice_mirror_url"
             out[key] = resolved.root

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ansible_collections.decice.hybrid.plugins.module_utils import upstream
+
 
 def addon_webhooks(results: Iterable[Mapping[str, Any]], namespace: str) -> list[dict[str, str]]:
     """Webhook configurations with a webhook that calls a service in ``namespace``.
@@ -25,6 +27,11 @@ def addon_webhooks(results: Iterable[Mapping[str, Any]], namespace: str) -> list
             ):
                 found.append({"kind": kind, "name": str(config["metadata"]["name"])})
     return found
+
+
+def upstream_url(url: str, rewrite: Mapping[str, str] | None) -> str:
+    """``url`` with the site's rewrite applied (module_utils/upstream.py)."""
+    return upstream.rewritten(url, rewrite)
 
 
 def not_ready(resources: Iterable[Mapping[str, Any]], condition: str) -> list[str]:
@@ -100,5 +107,6 @@ class FilterModule:
             "crd_summary": crd_summary,
             "not_ready": not_ready,
             "object_refs": object_refs,
+            "upstream_url": upstream_url,
             "without_ready_address": without_ready_address,
         }

@@ -133,6 +133,71 @@ def check_directory(root: str) -> None:
                 raise ChartError(f"{root}: {rel} is not a regular file")
 
 
+def extract_chart(archive: str, member: str, scratch: str) -> str:
+    """The chart directory ``member`` (e.g. ``manifests/charts/cloudcore``) of a source
+    archive (a tag archive: one top directory) written below ``scratch``; returns its path.
+
+    Only that directory's members are written: regular files (0644) and directories, and
+    then its symlinks, each relative and resolving inside the chart (volcano's
+    ``crd/v1 -> bases``), so no file is ever written through a link. Anything else in it
+    (an absolute or ``..`` name, a hard link, a device, a link out) is refused; members
+    outside it are skipped unread. The same bounds as a chart archive apply."""
+    want = [p for p in member.split("/") if p not in ("", ".")]
+    if not want or ".." in want:
+        raise ChartError(f"{archive}: chart path {member!r} must be a relative path")
+    root = Path(scratch) / want[-1]
+    budget = _Budget(archive)
+    links: list[tuple[Path, str]] = []
+    tops: set[str] = set()
+    try:
+        with tarfile.open(archive, mode="r:*") as tar:
+            for info in tar:
+                parts = [p for p in info.name.split("/") if p not in ("", ".")]
+                if info.name.startswith("/") or ".." in parts or "\0" in info.name:
+                    raise ChartError(f"{archive}: member {info.name!r} has an unsafe name")
+                if parts:
+                    tops.add(parts[0])
+                if parts[1 : len(want) + 1] != want:
+                    continue
+                target = root.joinpath(*parts[len(want) + 1 :])
+                if info.isdir():
+                    target.mkdir(parents=True, exist_ok=True)
+                elif info.issym():
+                    links.append((target, info.linkname))
+                elif info.isfile():
+                    budget.take(info.size)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    handle = tar.extractfile(info)
+                    with target.open("xb") as out:
+                        out.write(handle.read() if handle else b"")
+                    target.chmod(0o644)
+                else:
+                    raise ChartError(
+                        f"{archive}: member {info.name!r} is not a file, directory or symlink"
+                    )
+    except (tarfile.TarError, EOFError, ValueError) as exc:
+        raise ChartError(f"{archive}: not a readable source archive ({exc})") from None
+    except FileExistsError as exc:
+        raise ChartError(f"{archive}: {exc.filename} is in the archive twice") from None
+    if len(tops) > 1:
+        raise ChartError(f"{archive}: {len(tops)} top directories; a tag archive has one")
+    if not root.is_dir():
+        raise ChartError(f"{archive}: no directory {member} in it")
+    for link, dest in links:
+        if dest.startswith("/") or not (link.parent / dest).resolve().is_relative_to(
+            root.resolve()
+        ):
+            rel = link.relative_to(root)
+            raise ChartError(f"{archive}: {member}/{rel} is a symlink to {dest}, outside the chart")
+        try:
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(dest)
+        except OSError as exc:
+            raise ChartError(f"{archive}: cannot place the symlink {link}: {exc}") from None
+    check_directory(str(root))
+    return str(root)
+
+
 # ---------------------------------------------------------------- reading
 
 

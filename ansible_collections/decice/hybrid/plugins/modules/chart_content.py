@@ -28,7 +28,7 @@ description:
     a temporary directory first, as helm would install it.
   - Fails, naming O(source), the path and both pins, unless the file's sha256 equals O(sha256) or
     the content pin equals O(content_sha256). An archive helm could not load safely (a link member,
-    C(..) names, no C(Chart.yaml)) fails the same way. Always returns C(changed=false).
+    C(..) names, no C(Chart.yaml)) fails the same way. Changes nothing unless O(dest) is given.
 options:
   path:
     description: The chart archive (C(.tgz)) or chart directory.
@@ -47,9 +47,22 @@ options:
     type: str
     default: ""
   helm:
-    description: The helm binary (used for a directory only).
+    description: The helm binary (used for a directory or O(chart_path) only).
     type: str
     default: helm
+  chart_path:
+    description:
+      - With it, O(path) is a source archive (a tag archive with one top directory) and the chart
+        is its directory at this path below the top, e.g. C(manifests/charts/cloudcore). Only that
+        directory is extracted (regular files, directories, symlinks that stay inside it; anything
+        else is refused), into a temporary directory, then checked and packaged like a directory.
+    type: str
+    default: ""
+  dest:
+    description:
+      - Where to write the verified chart package (0600, atomically); only when it verified.
+        Returns C(changed=true) when it wrote it.
+    type: path
 """
 
 EXAMPLES = r"""
@@ -63,7 +76,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 sha256:
-  description: sha256 of the archive (of helm's package for a directory).
+  description: sha256 of the archive (of helm's package for a directory or source archive).
   returned: always
   type: str
 content_sha256:
@@ -85,22 +98,52 @@ files:
 """
 
 
-def _content(module: AnsibleModule, path: str) -> tuple[bytes, chartpin.Content]:
-    if not Path(path).is_dir():
-        with Path(path).open("rb") as handle:
-            data = handle.read(chartpin.MAX_BYTES + 1)
-        return data, chartpin.archive_content(data, path)
-    chartpin.check_directory(path)
+def _packaged(module: AnsibleModule, directory: str, label: str) -> bytes:
+    """``helm package`` of a checked chart directory: the package's bytes."""
+    chartpin.check_directory(directory)
     scratch = Path(tempfile.mkdtemp(prefix="decice-chart-"))
     try:
-        rc, out, err = module.run_command([module.params["helm"], "package", path, "-d", scratch])
+        helm = module.params["helm"]
+        rc, out, err = module.run_command([helm, "package", directory, "-d", str(scratch)])
         packaged = sorted(scratch.glob("*.tgz"))
         if rc != 0 or len(packaged) != 1:
-            raise chartpin.ChartError(f"{path}: helm package failed: {(err or out).strip()}")
-        data = packaged[0].read_bytes()
-        return data, chartpin.archive_content(data, path)
+            raise chartpin.ChartError(f"{label}: helm package failed: {(err or out).strip()}")
+        return packaged[0].read_bytes()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _content(module: AnsibleModule, path: str) -> tuple[bytes, chartpin.Content]:
+    member = module.params["chart_path"]
+    if member:  # a source archive: the chart directory in it, packaged
+        scratch = tempfile.mkdtemp(prefix="decice-source-")
+        try:
+            directory = chartpin.extract_chart(path, member, scratch)
+            data = _packaged(module, directory, f"{path}: {member}")
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    elif Path(path).is_dir():
+        data = _packaged(module, path, path)
+    else:
+        with Path(path).open("rb") as handle:
+            data = handle.read(chartpin.MAX_BYTES + 1)
+    return data, chartpin.archive_content(data, path)
+
+
+def _place(data: bytes, dest: str) -> bool:
+    """Write ``data`` to ``dest`` (0600, whole or not at all); False when it already is."""
+    target = Path(dest)
+    if target.is_file() and target.read_bytes() == data:
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    try:
+        with open(fd, "wb") as out:  # noqa: PTH123 (a descriptor)
+            out.write(data)
+        Path(tmp).replace(target)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return True
 
 
 def main() -> None:
@@ -111,6 +154,8 @@ def main() -> None:
             "content_sha256": {"type": "str", "default": ""},
             "source": {"type": "str", "default": ""},
             "helm": {"type": "str", "default": "helm"},
+            "chart_path": {"type": "str", "default": ""},
+            "dest": {"type": "path"},
         },
         supports_check_mode=True,
     )
@@ -132,10 +177,18 @@ def main() -> None:
         "chart": {"name": content.name, "version": content.version},
         "files": len(content.files),
     }
-    if pin_file and sha256 == pin_file:
-        module.exit_json(verified_by="sha256", **result)
-    if pin_content and content.digest == pin_content:
-        module.exit_json(verified_by="content", **result)
+    verified_by = (
+        "sha256"
+        if pin_file and sha256 == pin_file
+        else "content"
+        if pin_content and content.digest == pin_content
+        else None
+    )
+    if verified_by is not None:
+        dest = module.params["dest"]
+        if dest and not module.check_mode:
+            result["changed"] = _place(data, dest)
+        module.exit_json(verified_by=verified_by, **result)
     where = source if source == path else f"{source} (as {path})"
     module.fail_json(
         msg=(

@@ -1,0 +1,131 @@
+"""Every add-on chart straight from its upstream source, no mirror: an HTTPS file (Volcano,
+EdgeMesh), an OCI artifact (Kubeflow Trainer, interLink's chart) and a chart directory in
+a tag archive (cloudcore, Sedna), through the add-on engine's resolve step.
+
+The upstreams are loopback stand-ins built from the REAL mirror charts
+(tests/support.upstream_standins: an HTTP server and Debian's docker-registry), reached
+through the spec's documented `upstream.rewrite`; `decice plan` names each source before
+anything is fetched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from decice import paths, versions
+from decice.targets.base import helm_binary
+from tests.support import BIN, REPO, require, run_captured, run_decice, sim_spec, upstream_standins
+
+pytestmark = pytest.mark.addons
+
+MIRROR = REPO.parent / "shared" / "mirror"
+ORIGIN = {
+    "volcano": "url",
+    "edgemesh": "url",
+    "kubeedge": "source",
+    "sedna": "source",
+    "kubeflow_trainer": "oci",
+    "interlink": "oci",
+}
+
+
+def _resolve_all(tmp: Path, upstream: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The engine's resolve step for every pinned chart, no mirror: what each checked, and
+    the play's stats and custom stats."""
+    tasks: list[dict[str, Any]] = []
+    for component in sorted(ORIGIN):
+        tasks += [
+            {
+                "name": f"Resolve {component}",
+                "ansible.builtin.include_role": {
+                    "name": "decice.hybrid.addon_engine",
+                    "tasks_from": "resolve.yml",
+                },
+                "vars": {
+                    "addon_engine_name": component,
+                    "addon_engine_artifact": f"{{{{ decice_versions.{component}.artifact }}}}",
+                },
+            },
+            {
+                "ansible.builtin.set_fact": {
+                    "seen": f"{{{{ seen | default({{}}) | combine({{'{component}': "
+                    "addon_engine_artifact_checked}) }}"
+                }
+            },
+        ]
+    tasks.append({"ansible.builtin.debug": {"msg": "{{ seen | to_json }}"}})
+    play = tmp / "resolve.yml"
+    play.write_text(json.dumps([{
+        "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "vars_files": [str(paths.versions_file())], "tasks": tasks,
+    }]))  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_SHOW_CUSTOM_STATS="1")  # fmt: skip
+    extra = {
+        "decice_state_dir": str(tmp / "state"),
+        "decice_helm": helm_binary(),
+        "decice_upstream_rewrite": upstream["rewrite"],
+        "decice_upstream_plain_http": upstream["plain_http"],
+        "ansible_python_interpreter": sys.executable,
+    }
+    result = run_captured(
+        [str(BIN / "ansible-playbook"), "-i", "localhost,", str(play), "-e", json.dumps(extra)],
+        cwd=REPO, env=env, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr
+    out = json.JSONDecoder().raw_decode(result.stdout)[0]
+    seen = json.loads(out["plays"][0]["tasks"][-1]["hosts"]["localhost"]["msg"])
+    return seen, out
+
+
+def test_every_chart_from_its_upstream_source_verified_then_cached(tmp_path: Path) -> None:
+    require((MIRROR / "charts" / "SHA256SUMS").is_file(), f"the upstream mirror {MIRROR}")
+    pinned = {c: versions.pinned()[c]["artifact"] for c in ORIGIN}
+    helm = helm_binary()
+    with upstream_standins(MIRROR, tmp_path, pinned, helm) as upstream:
+        spec = tmp_path / "decice.yaml"
+        spec.write_text(
+            sim_spec("up", ("n", 1, 'cpu: "4", memory: 8Gi'))
+            + yaml.safe_dump({"upstream": upstream})
+        )
+        plan = run_decice(tmp_path, "plan", "--json")
+        assert plan.returncode == 0, plan.stderr
+        sources = json.loads(plan.stdout)["artifacts"]
+        seen, _ = _resolve_all(tmp_path, upstream)
+        again, out = _resolve_all(tmp_path, upstream)  # from the artifact cache
+    (tmp_path / "offline").mkdir()
+    offline, gone = _resolve_all(tmp_path / "offline", upstream)  # the stand-ins are down
+    for component, origin in ORIGIN.items():
+        checked = seen[component]
+        assert checked["origin"] == origin, (component, checked)
+        assert checked["content_sha256"] == pinned[component]["content_sha256"], component
+        # repacked files and charts packaged from a source tree are not the mirror's bytes
+        want = "sha256" if origin == "oci" else "content"  # helm pull keeps pushed bytes
+        assert checked["verified_by"] == want, (component, checked)
+        assert again[component]["verified_by"] == want
+        assert sources[component]["from"] == origin, sources[component]
+    for component in ("kubeflow_trainer", "interlink"):
+        assert seen[component]["oci_digest"].startswith("sha256:"), seen[component]
+    assert "127.0.0.1" in sources["sedna"]["location"]  # the rewrite is applied in the plan
+    assert sources["sedna"]["path"] == "build/helm/sedna"
+    assert sum(s["changed"] for s in out["stats"].values()) == 0  # nothing fetched again
+    # an upstream that cannot be reached: not done, said per add-on, nothing failed
+    assert all(offline[c]["verified_by"] == "" for c in ORIGIN), offline
+    not_done = gone["global_custom_stats"]["decice_not_done"]
+    assert sorted(not_done) == sorted(ORIGIN)
+    for component, why in not_done.items():
+        assert why.startswith("cannot fetch ") and "127.0.0.1" in why, (component, why)
+        assert "set mirror.path (or mirror.url)" in why
+    cache = tmp_path / "state" / "artifacts"
+    assert not list((cache / "sources").iterdir())  # a source archive is used once
+    assert sorted(p.name for p in (cache / "charts").iterdir()) == sorted(
+        Path(a["file"]).name for a in pinned.values()
+    )
