@@ -289,11 +289,12 @@ def mirror_sync(
         typer.Option(
             "--from",
             help="Copy from this mirror (directory, file:// or http(s):// URL) "
-            "instead of the upstream URLs.",
+            "instead of the upstream sources.",
         ),
     ] = None,
 ) -> None:
-    """Fetch every enabled add-on's pinned artifacts (sha256 checked) and its image list."""
+    """Fetch every enabled add-on's pinned artifacts (sha256 or content pin checked) and its
+    image list."""
 
     def work() -> int:
         from decice import mirror_sync

@@ -58,6 +58,8 @@ class Pin:
     sha256: str
     url: str | None
     content_sha256: str | None = None  # a chart's content pin (docs/addons.md)
+    oci: tuple[str, str] | None = None  # (ref, version): helm pull
+    source: tuple[str, str] | None = None  # (tag archive URL, chart path in it)
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,23 @@ def _pin(component: str, table: Mapping[str, Any]) -> Pin | None:
     content = artifact.get("content_sha256")
     if content is not None and not (isinstance(content, str) and _SHA256.fullmatch(content)):
         raise InputError(f"{where}.content_sha256: {content!r} is not a sha256 (64 hex digits)")
-    return Pin(file, sha256.lower(), url or None, content.lower() if content else None)
+    oci, source = artifact.get("oci"), artifact.get("source")
+    return Pin(
+        file,
+        sha256.lower(),
+        url or None,
+        content.lower() if content else None,
+        _pair(oci, ("ref", "version"), f"{where}.oci"),
+        _pair(source, ("archive", "path"), f"{where}.source"),
+    )
+
+
+def _pair(value: object, keys: tuple[str, str], where: str) -> tuple[str, str] | None:
+    if value is None:
+        return None
+    if not (isinstance(value, dict) and all(isinstance(value.get(k), str) for k in keys)):
+        raise InputError(f"{where}: must be a mapping with {keys[0]} and {keys[1]} (strings)")
+    return str(value[keys[0]]), str(value[keys[1]])
 
 
 def dest_dir(loaded: LoadedSpec, dest: Path | None) -> Path:
@@ -205,11 +223,20 @@ def require_helm(helm: str) -> str:
 # ------------------------------------------------------------------ artifacts
 
 
-def fetch(entry: Entry, pin: Pin, dest: Path, source: mirror.Mirror | None) -> Item:
+def fetch(
+    entry: Entry,
+    pin: Pin,
+    dest: Path,
+    source: mirror.Mirror | None,
+    upstream: Upstream | None = None,
+) -> Item:
     """Place ``pin.file`` below ``dest`` (kept when it already is the pinned artifact).
 
-    A chart with a content pin is taken in any packaging whose content matches (upstream's
-    own tgz); ``item.sha256`` is then the sha256 of the file placed, not the mirror pin's.
+    From ``source`` (another mirror) when given, else from upstream as the add-on engine
+    takes it (docs/addons.md): the pin's url, OCI reference or tag archive, each through
+    ``upstream``'s rewrite. A chart with a content pin is taken in any packaging whose
+    content matches (upstream's own tgz, a pull, a packaged source directory);
+    ``item.sha256`` is then the sha256 of the file placed, not the mirror pin's.
     """
     item = Item(entry.addon, entry.component, "kept", pin.file, pin.sha256)
     target = dest.joinpath(*pin.file.split("/"))
@@ -221,20 +248,28 @@ def fetch(entry: Entry, pin: Pin, dest: Path, source: mirror.Mirror | None) -> I
         if kept is not None:
             item.sha256, item.detail = kept
             return item
+    up = upstream or Upstream()
     if source is not None:
         item.source = source.location(*pin.file.split("/"))
     elif pin.url is not None:
-        item.source = pin.url
+        item.source = up.rewritten(pin.url)
+    elif (built := pin.oci or pin.source) is not None and pin.content_sha256 and up.helm:
+        item.source = up.rewritten(built[0])
     else:
         item.status = "not done"
         item.detail = (
-            f"{entry.component}: no upstream URL (published as OCI only); "
+            f"{entry.component}: no upstream source that can be fetched here; "
             f"use --from a mirror that has {pin.file}"
         )
         return item
     staged = target.with_name(f".{target.name}.verify")
     try:
-        if pin.content_sha256 is None:
+        if source is None and pin.url is None:  # an OCI pull or a tag archive: a chart
+            _build(pin, item.source, staged, up)
+            _pinned(staged, pin, item.source)  # raises unless its content matches
+            item.sha256 = mirror.sha256_file(staged)
+            staged.replace(target)
+        elif pin.content_sha256 is None:
             item.sha256 = mirror.download(item.source, target, sha256=pin.sha256)
         else:
             fetched = mirror.download(item.source, staged)
@@ -256,6 +291,51 @@ def fetch(entry: Entry, pin: Pin, dest: Path, source: mirror.Mirror | None) -> I
         staged.unlink(missing_ok=True)
     item.status = "copied"
     return item
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """How upstream is reached: the spec's ``upstream`` section and the helm to pull and
+    package charts with (None: OCI and source archives cannot be used)."""
+
+    rewrite: Mapping[str, str] = field(default_factory=dict)
+    plain_http: bool = False
+    helm: str | None = None
+
+    def rewritten(self, url: str) -> str:
+        return str(paths.module_utils("upstream").rewritten(url, self.rewrite))
+
+
+def _build(pin: Pin, location: str, out: Path, up: Upstream) -> None:
+    """The chart of an OCI reference (helm pull) or of a tag archive's directory (download,
+    checked extraction, helm package) written to ``out``."""
+    chartpin = paths.module_utils("chartpin")
+    with tempfile.TemporaryDirectory(prefix="decice-sync-") as scratch:
+        work = Path(scratch)
+        if pin.oci is not None:
+            argv = [str(up.helm), "pull", location, "--version", pin.oci[1], "-d", str(work)]
+            _helm(argv + (["--plain-http"] if up.plain_http else []), location)
+        elif pin.source is not None:
+            archive = work / "source.tar.gz"
+            mirror.download(location, archive)
+            try:
+                chart = chartpin.extract_chart(str(archive), pin.source[1], str(work / "tree"))
+            except chartpin.ChartError as exc:
+                raise mirror.MirrorError(f"{location}: {exc}") from None
+            _helm([str(up.helm), "package", chart, "-d", str(work)], location)
+        built = sorted(work.glob("*.tgz"))
+        if len(built) != 1:
+            raise mirror.MirrorError(f"{location}: helm made {len(built)} chart files, not one")
+        shutil.copyfile(built[0], out)
+
+
+def _helm(argv: list[str], location: str) -> None:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=HELM_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise mirror.MirrorError(f"{location}: helm took over {HELM_TIMEOUT_S:.0f} s") from None
+    if done.returncode != 0:
+        raise mirror.MirrorError(f"{location}: {(done.stderr or done.stdout).strip()}")
 
 
 def _pinned(path: Path, pin: Pin, source: str) -> tuple[str, str] | None:
@@ -463,7 +543,8 @@ def sync(
 
     ``helm`` may be None only when no enabled add-on pins a chart (see :func:`needs_helm`).
     """
-    result = SyncResult(str(dest), source.root if source else "upstream URLs")
+    result = SyncResult(str(dest), source.root if source else "upstream sources")
+    upstream = Upstream(dict(loaded.spec.upstream.rewrite), loaded.spec.upstream.plain_http, helm)
     every = [*kubespray_entries(kubespray.files if kubespray else ()), *entries(loaded)]
     todo = [e.pin.file for e in every if e.enabled and e.pin]
     merge_sums(dest, {}, check=todo)  # a broken SHA256SUMS is bad input: stop before copying
@@ -482,7 +563,7 @@ def sync(
             )
             continue
         dest.mkdir(parents=True, exist_ok=True)
-        item = fetch(entry, entry.pin, dest, source)
+        item = fetch(entry, entry.pin, dest, source, upstream)
         result.artifacts.append(item)
         if item.status in NOT_SYNCED:
             missing.add(entry.addon)

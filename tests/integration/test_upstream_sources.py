@@ -5,7 +5,7 @@ a tag archive (cloudcore, Sedna), through the add-on engine's resolve step.
 The upstreams are loopback stand-ins built from the REAL mirror charts
 (tests/support.upstream_standins: an HTTP server and Debian's docker-registry), reached
 through the spec's documented `upstream.rewrite`; `decice plan` names each source before
-anything is fetched.
+anything is fetched, and `decice mirror sync` fills a mirror from the same sources.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from ansible_collections.decice.hybrid.plugins.module_utils import chartpin
 
 from decice import paths, versions
 from decice.targets.base import helm_binary
@@ -99,6 +100,7 @@ def test_every_chart_from_its_upstream_source_verified_then_cached(tmp_path: Pat
         plan = run_decice(tmp_path, "plan", "--json")
         assert plan.returncode == 0, plan.stderr
         sources = json.loads(plan.stdout)["artifacts"]
+        synced = run_decice(tmp_path, "mirror", "sync", "--dest", "m", "--json", timeout=600)
         seen, _ = _resolve_all(tmp_path, upstream)
         again, out = _resolve_all(tmp_path, upstream)  # from the artifact cache
     (tmp_path / "offline").mkdir()
@@ -117,6 +119,12 @@ def test_every_chart_from_its_upstream_source_verified_then_cached(tmp_path: Pat
     assert "127.0.0.1" in sources["sedna"]["location"]  # the rewrite is applied in the plan
     assert sources["sedna"]["path"] == "build/helm/sedna"
     assert sum(s["changed"] for s in out["stats"].values()) == 0  # nothing fetched again
+    # `decice mirror sync` takes the same sources: a mirror built on a connected machine
+    items = {i["component"]: i for i in json.loads(synced.stdout)["artifacts"]}
+    for component in ORIGIN:
+        assert items[component]["status"] == "copied", items[component]
+        placed = tmp_path / "m" / pinned[component]["file"]
+        assert chartpin.file_content(str(placed)).digest == pinned[component]["content_sha256"]
     # an upstream that cannot be reached: not done, said per add-on, nothing failed
     assert all(offline[c]["verified_by"] == "" for c in ORIGIN), offline
     not_done = gone["global_custom_stats"]["decice_not_done"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import tarfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -177,3 +178,58 @@ def test_a_directory_may_link_inside_and_never_out(tmp_path: Path) -> None:
     os.mkfifo(chart / "fifo")
     with pytest.raises(chartpin.ChartError, match="fifo is not a regular file"):
         chartpin.check_directory(str(chart))
+
+
+def _tag(members: list[tuple[tarfile.TarInfo, bytes]], tmp: Path) -> str:
+    path = tmp / "v1.0.0.tar.gz"
+    path.write_bytes(_tar(members))
+    return str(path)
+
+
+def test_a_source_archive_gives_its_chart_directory_and_nothing_else(tmp_path: Path) -> None:
+    crd = b"kind: CustomResourceDefinition\n"
+    archive = _tag(
+        [
+            (_file("p-1.0.0/README.md"), b"not the chart"),
+            (_file("p-1.0.0/build/helm/c/Chart.yaml"), CHART),
+            (_file("p-1.0.0/build/helm/c/crd/bases/x.yaml"), crd),
+            (_link("p-1.0.0/build/helm/c/crd/v1", "bases"), b""),  # as volcano's tree has
+            (_file("p-1.0.0/build/helm/other/Chart.yaml"), CHART),
+        ],
+        tmp_path,
+    )
+    root = Path(chartpin.extract_chart(archive, "build/helm/c", str(tmp_path / "out")))
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == [
+        "Chart.yaml", "crd", "crd/bases", "crd/bases/x.yaml", "crd/v1",
+    ]  # fmt: skip
+    assert (root / "crd" / "v1" / "x.yaml").read_bytes() == crd
+    assert (root / "Chart.yaml").stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.parametrize(
+    ("member", "says"),
+    [
+        (_link("p/c/t/s.yaml", "../../../../etc/passwd"), "is a symlink to ../../../../etc/passwd"),
+        (_link("p/c/t/s.yaml", "/etc/passwd"), "is a symlink to /etc/passwd"),
+        (_link("p/c/t/s.yaml", "p/c/Chart.yaml", tarfile.LNKTYPE), "not a file, directory"),
+        (_file("p/c/Chart.yaml"), "twice"),
+        (_file("p/c/../../x"), "unsafe name"),
+    ],
+    ids=["link-out", "link-absolute", "hardlink", "twice", "dotdot"],
+)
+def test_a_source_archive_that_could_escape_is_refused(
+    tmp_path: Path, member: tarfile.TarInfo, says: str
+) -> None:
+    archive = _tag([(_file("p/c/Chart.yaml"), CHART), (member, CHART)], tmp_path)
+    with pytest.raises(chartpin.ChartError, match=re.escape(archive)) as refused:
+        chartpin.extract_chart(archive, "c", str(tmp_path / "out"))
+    assert says in str(refused.value)
+    assert not (tmp_path / "etc").exists()
+
+
+def test_a_source_archive_without_the_chart_path_says_so(tmp_path: Path) -> None:
+    archive = _tag([(_file("p/c/Chart.yaml"), CHART)], tmp_path)
+    with pytest.raises(chartpin.ChartError, match="no directory build/helm/x in it"):
+        chartpin.extract_chart(archive, "build/helm/x", str(tmp_path / "out"))
+    with pytest.raises(chartpin.ChartError, match="must be a relative path"):
+        chartpin.extract_chart(archive, "../c", str(tmp_path / "out"))

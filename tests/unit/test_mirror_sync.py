@@ -141,9 +141,12 @@ def test_fetch_without_url_is_not_done_and_says_why(tmp_path: Path) -> None:
     item = mirror_sync.fetch(entry("kubeflow_trainer"), pin, tmp_path, None)
     assert item.status == "not done"
     assert item.detail == (
-        "kubeflow_trainer: no upstream URL (published as OCI only); "
+        "kubeflow_trainer: no upstream source that can be fetched here; "
         "use --from a mirror that has charts/k.tgz"
     )
+    oci = mirror_sync.Pin("charts/k.tgz", "a" * 64, None, oci=("oci://r.invalid/k", "1"))
+    item = mirror_sync.fetch(entry("kubeflow_trainer"), oci, tmp_path, None)  # no content pin
+    assert item.status == "not done" and "no upstream source" in item.detail
 
 
 def test_fetch_missing_source_file_fails(tmp_path: Path) -> None:
@@ -338,7 +341,7 @@ def test_command_json_and_exit_codes(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     again = invoke(tmp_path)
     assert again.exit_code == 1
     assert "kept" in again.stdout and "images/volcano.txt: unchanged" in again.stdout
-    assert "kubeflow_trainer: no upstream URL (published as OCI only)" in again.stdout
+    assert "kubeflow_trainer: no upstream source that can be fetched here" in again.stdout
 
 
 def test_command_exit_0_when_all_enabled_synced(
