@@ -8,7 +8,9 @@ terminal and not being deleted, keyed by uid. A pod is in exactly one place:
   failed attempt, capped at ``max_backoff``);
 - ``unschedulable``: no node fitted; waits for a cluster event that may help (node
   added or changed, a counted pod deleted or finished) and then moves to backoff or
-  active; a periodic flush (``flush_after``) moves it anyway, as a safety net;
+  active; a periodic flush (``flush_after``) moves it anyway, as a safety net. A pod
+  whose cycle saw no fit while such an event arrived (its snapshot may predate the
+  event) goes to backoff instead: it is never parked past the event that frees room;
 - ``in flight``: popped for a cycle, assumed with its bind under way, or reserved for
   a pod group (``claim`` takes a queued pod there directly: see :mod:`.gang`).
 
@@ -64,6 +66,8 @@ class SchedulingQueue:
         self._unschedulable: dict[str, float] = {}  # uid -> when it was parked
         self._in_flight: set[str] = set()
         self._seq = 0
+        self._moves = 0  # cluster events so far
+        self._moves_at_pop: dict[str, int] = {}  # in flight: _moves when it was taken
         self._moved_pending = False
         self._wake = asyncio.Event()
 
@@ -91,6 +95,7 @@ class SchedulingQueue:
         self._in_backoff.pop(uid, None)
         self._unschedulable.pop(uid, None)
         self._in_flight.discard(uid)
+        self._moves_at_pop.pop(uid, None)
 
     def replace(self, pods: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
         """After a relist: exactly these pods are pending; keep what we knew about them."""
@@ -104,7 +109,9 @@ class SchedulingQueue:
     # ------------------------------------------------------------ cluster events
 
     def cluster_changed(self) -> None:
-        """Something that may make unschedulable pods fit happened; moved lazily in pop."""
+        """Something that may make unschedulable pods fit happened; moved lazily in pop
+        (and pods in flight now will not be parked by the cycle that missed it)."""
+        self._moves += 1
         if self._unschedulable:
             self._moved_pending = True
             self._wake.set()
@@ -147,7 +154,7 @@ class SchedulingQueue:
             uid = self._active.popleft()
             if uid in self._in_active:
                 self._in_active.discard(uid)
-                self._in_flight.add(uid)
+                self._take(uid)
                 return uid
         return None
 
@@ -170,7 +177,7 @@ class SchedulingQueue:
         self._in_active.discard(uid)  # stale deque entries are skipped by pop
         self._in_backoff.pop(uid, None)
         self._unschedulable.pop(uid, None)
-        self._in_flight.add(uid)
+        self._take(uid)
         return True
 
     def prioritise(self, uids: Iterable[str]) -> None:
@@ -187,10 +194,12 @@ class SchedulingQueue:
     def done(self, uid: str) -> None:
         """Assumed and bound: leave it in flight until the watch shows it bound."""
         self._attempts.pop(uid, None)
+        self._moves_at_pop.pop(uid, None)
 
     def requeue(self, uid: str, *, backoff: bool = True) -> None:
         """Try again (after a failed bind, or an error): with backoff by default."""
         self._in_flight.discard(uid)
+        self._moves_at_pop.pop(uid, None)
         if uid not in self._pods:
             return
         if backoff:
@@ -200,12 +209,17 @@ class SchedulingQueue:
             self._push_active(uid)
 
     def unschedulable(self, uid: str) -> None:
-        """No node fitted: park it until a cluster event."""
+        """No node fitted: park it until a cluster event; to backoff instead when an
+        event arrived while it was in flight (the cycle may not have seen it)."""
         self._in_flight.discard(uid)
+        taken = self._moves_at_pop.pop(uid, self._moves)
         if uid not in self._pods:
             return
         self._attempts[uid] = self._attempts.get(uid, 0) + 1
-        self._unschedulable[uid] = self._clock()
+        if self._moves > taken:
+            self._push_backoff_or_active(uid)
+        else:
+            self._unschedulable[uid] = self._clock()
 
     # ------------------------------------------------------------ introspection
 
@@ -230,6 +244,10 @@ class SchedulingQueue:
         if attempts <= 0:
             return 0.0
         return min(self.initial_backoff * 2 ** (attempts - 1), self.max_backoff)
+
+    def _take(self, uid: str) -> None:
+        self._in_flight.add(uid)
+        self._moves_at_pop[uid] = self._moves
 
     def _push_active(self, uid: str) -> None:
         if uid in self._in_active or uid in self._in_flight:

@@ -79,6 +79,32 @@ def test_unschedulable_waits_for_a_cluster_event() -> None:
     run(go())
 
 
+def test_an_event_during_the_cycle_is_not_missed() -> None:
+    """The churn test's stuck pods: a node was uncordoned (or a pod deleted) while the
+    pod's cycle ran on an older snapshot; parking it then waited for the 30 s flush."""
+    clock = Clock()
+    q = SchedulingQueue(initial_backoff=1.0, flush_after=30.0, clock=clock)
+
+    async def go() -> None:
+        q.upsert("a", make_pod("a", scheduler=OURS))
+        q.upsert("b", make_pod("b", scheduler=OURS))
+        assert await q.pop() == "a"
+        q.cluster_changed()  # while "a" is in flight; nothing parked to move
+        q.unschedulable("a")  # its cycle missed the event: backoff, not parked
+        assert q.depth()["unschedulable"] == 0 and q.depth()["backoff"] == 1
+        assert await q.pop() == "b"
+        q.unschedulable("b")  # no event since it was taken: parked
+        clock.now += 1
+        assert await q.pop() == "a"  # after its backoff, without any further event
+        assert q._try_pop() is None and q.depth()["unschedulable"] == 1
+        assert q.claim("b")  # a gang trial takes it: the same rule
+        q.cluster_changed()
+        q.unschedulable("b")
+        assert q.depth()["unschedulable"] == 0
+
+    run(go())
+
+
 def test_removed_pod_is_never_popped() -> None:
     q = SchedulingQueue()
     q.upsert("a", make_pod("a", scheduler=OURS))
