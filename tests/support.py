@@ -11,6 +11,7 @@ import gzip
 import http.server
 import importlib.util
 import io
+import json
 import os
 import re
 import shutil
@@ -401,3 +402,45 @@ def _tag_archive(chart: Path, dest: Path, path: str) -> None:
             info.size, info.mode = len(data), 0o644
             out.addfile(info, io.BytesIO(data))
     dest.write_bytes(gzip.compress(raw.getvalue()))
+
+
+def resolve_task(name: str, artifact: Any, **variables: Any) -> dict[str, Any]:
+    """A task running the add-on engine's resolve step for ``artifact`` (a mapping, or a
+    template such as ``"{{ decice_versions.volcano.artifact }}"``) as add-on ``name``."""
+    return {
+        "name": f"Resolve {name}",
+        "ansible.builtin.include_role": {
+            "name": "decice.hybrid.addon_engine",
+            "tasks_from": "resolve.yml",
+        },
+        "vars": {"addon_engine_name": name, "addon_engine_artifact": artifact, **variables},
+    }
+
+
+def run_local_json(
+    path: Path, tasks: Sequence[Mapping[str, Any]], extra: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``tasks`` as one play on localhost (local connection, this interpreter, the
+    collection's versions.yml loaded), written to ``path`` and run from the checkout with
+    the JSON callback (custom stats shown) and ``extra`` as extra vars: the callback's
+    document. Fails the test when ansible-playbook fails."""
+    versions_file = REPO / "ansible_collections/decice/hybrid/vars/versions.yml"
+    play = {"hosts": "localhost", "connection": "local", "gather_facts": False,
+            "vars_files": [str(versions_file)], "tasks": list(tasks)}  # fmt: skip
+    path.write_text(json.dumps([play]))  # JSON is YAML
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_SHOW_CUSTOM_STATS="1")  # fmt: skip
+    variables = {"ansible_python_interpreter": sys.executable, **extra}
+    result = run_captured(
+        [str(BIN / "ansible-playbook"), "-i", "localhost,", str(path), "-e",
+         json.dumps(variables)],
+        cwd=REPO, env=env, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr
+    return dict(json.JSONDecoder().raw_decode(result.stdout)[0])
+
+
+def last_debug_json(document: Mapping[str, Any]) -> Any:
+    """The JSON text the play's last task (a debug ``msg``) printed, parsed."""
+    return json.loads(document["plays"][0]["tasks"][-1]["hosts"]["localhost"]["msg"])

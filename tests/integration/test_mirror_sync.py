@@ -24,10 +24,13 @@ from decice.targets.base import helm_binary
 from tests.support import (
     BIN,
     REPO,
+    last_debug_json,
     repack_chart,
     require,
+    resolve_task,
     run_captured,
     run_decice,
+    run_local_json,
     served_directory,
     sim_spec,
 )
@@ -172,17 +175,7 @@ def resolve_play(versions_file: Path, pins: dict[str, dict[str, Any]], dest: Pat
     tasks = []
     for component, pin in sorted(pins.items()):
         tasks += [
-            {
-                "name": f"Resolve {component}",
-                "ansible.builtin.include_role": {
-                    "name": "decice.hybrid.addon_engine",
-                    "tasks_from": "resolve.yml",
-                },
-                "vars": {
-                    "addon_engine_name": component,
-                    "addon_engine_artifact": f"{{{{ decice_versions.{component}.artifact }}}}",
-                },
-            },
+            resolve_task(component, f"{{{{ decice_versions.{component}.artifact }}}}"),
             {
                 "name": f"Check {component}",
                 "ansible.builtin.assert": {
@@ -259,18 +252,7 @@ def test_another_packaging_is_taken_by_its_content_pin_and_another_chart_never(
     (outside / "volcano" / "templates" / "secret.yaml").symlink_to("/etc/hostname")
 
     def resolve(name: str, artifact: dict[str, Any], mirror_path: str = "") -> dict[str, Any]:
-        return {
-            "name": f"Resolve {name}",
-            "ansible.builtin.include_role": {
-                "name": "decice.hybrid.addon_engine",
-                "tasks_from": "resolve.yml",
-            },
-            "vars": {
-                "addon_engine_name": name,
-                "addon_engine_artifact": artifact,
-                "addon_engine_mirror": mirror_path,
-            },
-        }
+        return resolve_task(name, artifact, addon_engine_mirror=mirror_path)
 
     def content(name: str, path: Path) -> dict[str, Any]:
         return {
@@ -302,23 +284,10 @@ def test_another_packaging_is_taken_by_its_content_pin_and_another_chart_never(
                                               "'directory': directory, 'outside': outside, "
                                               "'bad': bad} | to_json }}"}},
         ]  # fmt: skip
-        play = tmp_path / "resolve.yml"
-        play.write_text(json.dumps([{
-            "hosts": "localhost", "connection": "local", "gather_facts": False,
-            "vars_files": [str(paths.versions_file())], "tasks": tasks,
-        }]))  # fmt: skip
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-        env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-                   ANSIBLE_STDOUT_CALLBACK="json")  # fmt: skip
-        extra = {"decice_state_dir": str(tmp_path / "state"),
-                 "ansible_python_interpreter": sys.executable}  # fmt: skip
-        result = run_captured(
-            [str(BIN / "ansible-playbook"), "-i", "localhost,", str(play), "-e", json.dumps(extra)],
-            cwd=REPO, env=env, timeout=300,
-        )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr
-    tasks_out = json.JSONDecoder().raw_decode(result.stdout)[0]["plays"][0]["tasks"]
-    seen = json.loads(tasks_out[-1]["hosts"]["localhost"]["msg"])
+        out = run_local_json(
+            tmp_path / "resolve.yml", tasks, {"decice_state_dir": str(tmp_path / "state")}
+        )
+    seen = last_debug_json(out)
     assert seen["synced"]["verified_by"] == "content"
     assert seen["synced"]["origin"] == "mirror.path"
     assert seen["upstream"]["verified_by"] == "content", seen

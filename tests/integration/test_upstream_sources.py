@@ -11,8 +11,6 @@ anything is fetched, and `decice mirror sync` fills a mirror from the same sourc
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +18,18 @@ import pytest
 import yaml
 from ansible_collections.decice.hybrid.plugins.module_utils import chartpin
 
-from decice import paths, versions
+from decice import versions
 from decice.targets.base import helm_binary
-from tests.support import BIN, REPO, require, run_captured, run_decice, sim_spec, upstream_standins
+from tests.support import (
+    REPO,
+    last_debug_json,
+    require,
+    resolve_task,
+    run_decice,
+    run_local_json,
+    sim_spec,
+    upstream_standins,
+)
 
 pytestmark = pytest.mark.addons
 
@@ -42,49 +49,23 @@ def _resolve_all(tmp: Path, upstream: dict[str, Any]) -> tuple[dict[str, Any], d
     the play's stats and custom stats."""
     tasks: list[dict[str, Any]] = []
     for component in sorted(ORIGIN):
+        artifact = f"{{{{ decice_versions.{component}.artifact }}}}"
+        collect = (
+            f"{{{{ seen | default({{}}) | combine({{'{component}': "
+            "addon_engine_artifact_checked}) }}"
+        )
         tasks += [
-            {
-                "name": f"Resolve {component}",
-                "ansible.builtin.include_role": {
-                    "name": "decice.hybrid.addon_engine",
-                    "tasks_from": "resolve.yml",
-                },
-                "vars": {
-                    "addon_engine_name": component,
-                    "addon_engine_artifact": f"{{{{ decice_versions.{component}.artifact }}}}",
-                },
-            },
-            {
-                "ansible.builtin.set_fact": {
-                    "seen": f"{{{{ seen | default({{}}) | combine({{'{component}': "
-                    "addon_engine_artifact_checked}) }}"
-                }
-            },
+            resolve_task(component, artifact),
+            {"ansible.builtin.set_fact": {"seen": collect}},
         ]
     tasks.append({"ansible.builtin.debug": {"msg": "{{ seen | to_json }}"}})
-    play = tmp / "resolve.yml"
-    play.write_text(json.dumps([{
-        "hosts": "localhost", "connection": "local", "gather_facts": False,
-        "vars_files": [str(paths.versions_file())], "tasks": tasks,
-    }]))  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_SHOW_CUSTOM_STATS="1")  # fmt: skip
-    extra = {
+    out = run_local_json(tmp / "resolve.yml", tasks, {
         "decice_state_dir": str(tmp / "state"),
         "decice_helm": helm_binary(),
         "decice_upstream_rewrite": upstream["rewrite"],
         "decice_upstream_plain_http": upstream["plain_http"],
-        "ansible_python_interpreter": sys.executable,
-    }
-    result = run_captured(
-        [str(BIN / "ansible-playbook"), "-i", "localhost,", str(play), "-e", json.dumps(extra)],
-        cwd=REPO, env=env, timeout=600,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr
-    out = json.JSONDecoder().raw_decode(result.stdout)[0]
-    seen = json.loads(out["plays"][0]["tasks"][-1]["hosts"]["localhost"]["msg"])
-    return seen, out
+    })  # fmt: skip
+    return last_debug_json(out), out
 
 
 def test_every_chart_from_its_upstream_source_verified_then_cached(tmp_path: Path) -> None:
