@@ -333,6 +333,41 @@ class InterlinkSpec(AddonSpec):
         return value
 
 
+_MANIFEST_PATH = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*\Z")
+
+
+class KubeflowSpec(AddonSpec):
+    """Kubeflow: Trainer alone (the default), or the whole kubeflow/manifests platform."""
+
+    profile: Literal["trainer", "full"] = "trainer"
+    # full: entries of the manifests' example/kustomization.yaml resources to leave out,
+    # written from the manifests' top directory (applications/pipeline/overlays)
+    exclude: list[str] = Field(default_factory=list)
+
+    @field_validator("exclude")
+    @classmethod
+    def _paths(cls, value: list[str]) -> list[str]:
+        for index, entry in enumerate(value):
+            text = entry.strip("/")
+            if not _MANIFEST_PATH.match(text) or ".." in text.split("/"):
+                raise _invalid(
+                    f"exclude[{index}] {checks.shown(entry)}: not a directory of the manifests",
+                    "write the entry as example/kustomization.yaml lists it, without the "
+                    "leading ../, e.g. applications/pipeline/overlays",
+                )
+            value[index] = text
+        return value
+
+    @model_validator(mode="after")
+    def _profile(self) -> KubeflowSpec:
+        if self.exclude and self.profile != "full":
+            raise ValueError(
+                "exclude applies to profile: full only\n"
+                "    fix: set profile: full, or remove exclude"
+            )
+        return self
+
+
 class AddonsSpec(_Model):
     """One field per entry of the add-on registry (vars/addons.yml; a test keeps them equal)."""
 
@@ -340,7 +375,7 @@ class AddonsSpec(_Model):
     kubeedge: AddonSpec = AddonSpec()
     sedna: AddonSpec = AddonSpec()
     interlink: InterlinkSpec = InterlinkSpec()
-    kubeflow: AddonSpec = AddonSpec()
+    kubeflow: KubeflowSpec = KubeflowSpec()
 
     def get(self, name: str) -> AddonSpec:
         """The settings of add-on ``name``."""

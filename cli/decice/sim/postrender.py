@@ -27,6 +27,14 @@ Rewrites (each measured against the sim's kube-apiserver v1.20.2, and each repor
   CronJob ``batch/v1`` -> ``batch/v1beta1``, HorizontalPodAutoscaler ``autoscaling/v2``
   -> ``autoscaling/v2beta2``) get that older version; fields newer than 1.20 in them
   are removed and reported (``unknown-field``).
+- ``webhook-match-conditions``: ``matchConditions`` of a webhook (1.28+) is removed:
+  1.20's server-side apply refuses the object ("field not declared in schema"), and
+  without it the webhook is called for every request its rules match.
+- ``probe-grpc``: a container probe by ``grpc`` (1.24+) is removed, the rest of the
+  container kept (1.20 refuses the field; on the sim no container runs anyway).
+- ``port-protocol`` (``--server-side`` only): a Service port without ``protocol`` gets
+  the API default ``TCP``: 1.20's server-side apply needs every key of the ports list-map written out
+  ("associative list with keys has an element that omits key field \"protocol\"").
 - ``dropped-object``: objects of kinds 1.20 has no API for at all
   (ValidatingAdmissionPolicy and its Binding) are left out of the output.
 
@@ -131,6 +139,18 @@ OLDER_API = {
     "HorizontalPodAutoscaler": ("autoscaling/v2", "autoscaling/v2beta2", ()),
 }
 NO_API = frozenset({"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"})
+WEBHOOK_CONFIGURATIONS = frozenset({"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"})
+# kind -> where its pod template sits (Pod itself: the object)
+POD_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "Pod": (),
+    "Deployment": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "Job": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+}
+PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
 CRD_KIND = "CustomResourceDefinition"
 
 _SEPARATOR = re.compile(r"^---(?:[ \t].*)?\Z")
@@ -394,6 +414,53 @@ class _Adapter:
                     )
 
 
+    # ---------------------------------------------------------- fields newer than 1.20
+
+    def webhooks(self) -> None:
+        for i, hook in enumerate(self.obj.get("webhooks") or ()):
+            if isinstance(hook, dict) and "matchConditions" in hook:
+                del hook["matchConditions"]
+                self.note(
+                    ["webhooks", i, "matchConditions"],
+                    "webhook-match-conditions",
+                    f"removed 'matchConditions': webhooks have no such field in Kubernetes "
+                    f"{TARGET} (the webhook is called for every request its rules match)",
+                )
+
+    def probes(self, where: tuple[str, ...]) -> None:
+        template: Any = self.obj
+        for key in where:
+            template = template.get(key) if isinstance(template, dict) else None
+        spec = template.get("spec") if isinstance(template, dict) else None
+        if not isinstance(spec, dict):
+            return
+        for group in ("initContainers", "containers"):
+            for i, container in enumerate(spec.get(group) or ()):
+                if not isinstance(container, dict):
+                    continue
+                for probe in PROBES:
+                    if isinstance(container.get(probe), dict) and "grpc" in container[probe]:
+                        del container[probe]
+                        self.note(
+                            [*where, "spec", group, i, probe],
+                            "probe-grpc",
+                            f"removed the grpc {probe} of container "
+                            f"{container.get('name')!r}: Kubernetes {TARGET} has no grpc probes",
+                        )
+
+    def service_ports(self) -> None:
+        spec = self.obj.get("spec")
+        for i, port in enumerate((spec.get("ports") if isinstance(spec, dict) else None) or ()):
+            if isinstance(port, dict) and "protocol" not in port:
+                port["protocol"] = "TCP"
+                self.note(
+                    ["spec", "ports", i, "protocol"],
+                    "port-protocol",
+                    f"wrote the default protocol TCP: server-side apply in Kubernetes {TARGET} "
+                    "needs every key of the ports list written out",
+                )
+
+
 def _holds_empty(value: Any) -> bool:
     if value == "":
         return True
@@ -404,14 +471,21 @@ def _holds_empty(value: Any) -> bool:
     return False
 
 
-def adapt_object(obj: MutableMapping[str, Any]) -> list[Rewrite]:
-    """Rewrite one object in place for Kubernetes 1.20; the rewrites made."""
+def adapt_object(obj: MutableMapping[str, Any], *, server_side: bool = False) -> list[Rewrite]:
+    """Rewrite one object in place for Kubernetes 1.20; the rewrites made. ``server_side``:
+    the objects go through server-side apply (``port-protocol`` is needed only there)."""
     adapter = _Adapter(obj)
     kind = adapter.kind
     if kind == CRD_KIND and str(obj.get("apiVersion", "")).startswith("apiextensions.k8s.io/"):
         adapter.crd()
     elif kind in OLDER_API:
         adapter.api_version()
+    if kind in WEBHOOK_CONFIGURATIONS:
+        adapter.webhooks()
+    elif server_side and kind == "Service" and obj.get("apiVersion") == "v1":
+        adapter.service_ports()
+    if kind in POD_TEMPLATES:
+        adapter.probes(POD_TEMPLATES[kind])
     return adapter.rewrites
 
 
@@ -426,12 +500,12 @@ def from_chart_crds(source: str | None) -> bool:
     return source is not None and _CRDS_DIR.match(source) is not None
 
 
-def adapt_stream(text: str, *, chart_crds_only: bool = False) -> Result:
+def adapt_stream(text: str, *, chart_crds_only: bool = False, server_side: bool = False) -> Result:
     """Adapt every document of a YAML stream; unchanged documents keep their bytes.
 
     ``chart_crds_only``: keep only the documents rendered from a ``crds/`` directory
     (``helm template --include-crds``), which ``helm install`` creates without passing
-    them through its post-renderer.
+    them through its post-renderer. ``server_side``: see :func:`adapt_object`.
     """
     out: list[str] = []
     result = Result("")
@@ -459,7 +533,7 @@ def adapt_stream(text: str, *, chart_crds_only: bool = False) -> Result:
             )
             result.rewrites.extend(adapter.rewrites)
             continue
-        rewrites = adapt_object(obj)
+        rewrites = adapt_object(obj, server_side=server_side)
         if rewrites:
             result.rewrites.extend(rewrites)
             out.append(_leading_comments(doc) + _dump(obj))
@@ -507,8 +581,8 @@ def write_report(path: Path, data: dict[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``decice-sim-postrender [--report PATH] [--chart-crds]``: stdin -> stdout; 0 ok,
-    1 bad input."""
+    """``decice-sim-postrender [--report PATH] [--chart-crds] [--server-side]``: stdin ->
+    stdout; 0 ok, 1 bad input."""
     parser = argparse.ArgumentParser(
         prog="decice-sim-postrender",
         description="Adapt a rendered manifest stream (stdin) to the sim's Kubernetes 1.20.",
@@ -525,12 +599,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="write only the documents rendered from a chart's crds/ directory "
         "(input: helm template --include-crds); helm install creates those unadapted",
     )
+    parser.add_argument(
+        "--server-side",
+        action="store_true",
+        help="the output goes through server-side apply (kubectl apply --server-side), "
+        "which needs more written out on 1.20 (rule port-protocol)",
+    )
     args = parser.parse_args(argv)
     target = args.report
     if target is None and os.environ.get(REPORT_ENV):
         target = Path(os.environ[REPORT_ENV])
     try:
-        result = adapt_stream(sys.stdin.read(), chart_crds_only=args.chart_crds)
+        result = adapt_stream(
+            sys.stdin.read(), chart_crds_only=args.chart_crds, server_side=args.server_side
+        )
     except PostRenderError as exc:
         print(f"decice-sim-postrender: {exc}", file=sys.stderr)
         return 1

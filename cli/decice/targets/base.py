@@ -36,14 +36,24 @@ def kubeconfig_path(state_dir: Path) -> Path:
 
 def helm_binary() -> str:
     """helm for the add-on plays: decice's cached one (the sim recipe's), else PATH's."""
+    return _tool("helm")
+
+
+def kubectl_binary() -> str:
+    """kubectl for the add-on plays (its kustomize renders manifests): decice's cached one
+    (the sim recipe's), else PATH's."""
+    return _tool("kubectl")
+
+
+def _tool(name: str) -> str:
     import shutil
 
     from decice.sim.binaries import describe_binaries
 
-    cached = describe_binaries(names=("helm",))["helm"].path
+    cached = describe_binaries(names=(name,))[name].path
     if cached.is_file():
         return str(cached)
-    return shutil.which("helm") or "helm"
+    return shutil.which(name) or name
 
 
 def addons_state_dir(state_dir: Path) -> Path:
@@ -134,6 +144,10 @@ class Target:
         """The helm binary the add-on plays use on this target."""
         return helm_binary()
 
+    def kubectl(self, loaded: LoadedSpec) -> str:
+        """The kubectl the add-on plays use on this target."""
+        return kubectl_binary()
+
     def ansible_vars(self, loaded: LoadedSpec) -> dict[str, Any]:
         """Extra variables the collection's plays get on this target (helm, mirror, ...)."""
         from pathlib import Path
@@ -142,7 +156,10 @@ class Target:
 
         base = loaded.source.parent if loaded.source else Path.cwd()
         resolved = mirror.from_spec(loaded.spec.mirror, base)
-        out: dict[str, Any] = {"decice_helm": self.helm(loaded)}
+        out: dict[str, Any] = {
+            "decice_helm": self.helm(loaded),
+            "decice_kubectl": self.kubectl(loaded),
+        }
         upstream = loaded.spec.upstream
         if upstream.rewrite or upstream.plain_http:
             out["decice_upstream_rewrite"] = dict(upstream.rewrite)

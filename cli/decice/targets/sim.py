@@ -400,6 +400,13 @@ class Sim(Target):
             return str(plane.binaries.path("helm"))
         return super().helm(loaded)
 
+    def kubectl(self, loaded: LoadedSpec) -> str:
+        """The sim's own kubectl (from its control-plane binaries)."""
+        plane = _control_plane(loaded.state_dir.resolve(), loaded.spec.sim.bin_dir, act=False)
+        if "kubectl" in plane.binaries:
+            return str(plane.binaries.path("kubectl"))
+        return super().kubectl(loaded)
+
     def ansible_vars(self, loaded: LoadedSpec) -> dict[str, Any]:
         """Adds the post-renderer that adapts charts to the sim's 1.20 API."""
         import sys

@@ -1,0 +1,304 @@
+#!/usr/bin/python
+"""Ansible module decice.hybrid.manifest_apply: a rendered manifest set applied or removed as one."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ansible_collections.decice.hybrid.plugins.module_utils import manifests
+from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
+
+try:
+    import yaml
+    from kubernetes.dynamic.exceptions import DynamicApiError, ResourceNotFoundError
+except ImportError:  # AnsibleK8SModule reports the missing kubernetes library
+    DynamicApiError = ResourceNotFoundError = Exception  # type: ignore[assignment,misc]
+
+DOCUMENTATION = r"""
+module: manifest_apply
+short_description: Apply a rendered set of manifests, or remove it, as one unit
+version_added: 0.1.0
+author:
+  - decice maintainers
+description:
+  - With O(state=present), server-side applies every document of O(src) (field manager
+    O(field_manager), conflicts forced) in document order, each stamped with the sha256 of
+    what was applied (annotation C(decice.io/applied-sha256)); an object whose stamp matches
+    is not written again. Objects the server refuses are applied again in a next
+    pass (a custom resource waits for its CRD, an object for the webhook that admits it)
+    until all are in or O(patience) passes in a row took nothing more in; what is still
+    refused is returned with the server's reason, and the module does not fail for it:
+    the caller decides.
+  - With O(state=absent), deletes the objects named in O(objects) (or every document of
+    O(src)) in the order that leaves nothing stuck - webhook configurations and
+    APIServices, custom resources, namespaced objects, namespaces, cluster-scoped objects,
+    CRDs - each stage gone before the next, and returns what is still there at
+    O(wait_timeout) with why.
+options:
+  src:
+    description: A multi-document YAML file of the objects.
+    type: path
+  objects:
+    description:
+      - For O(state=absent), the objects to remove as returned by an earlier apply
+        (C(apiVersion), C(kind), C(namespace), C(name)); instead of O(src).
+    type: list
+    elements: dict
+  state:
+    type: str
+    choices: [present, absent]
+    default: present
+  field_manager:
+    type: str
+    default: decice
+  patience:
+    description: Passes in a row without progress after which the refused objects are given up.
+    type: int
+    default: 1
+  delay:
+    description: Seconds between passes.
+    type: float
+    default: 5
+  wait_timeout:
+    description: Seconds to wait, over all stages, for deleted objects to be gone.
+    type: float
+    default: 300
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+requirements:
+  - kubernetes
+  - PyYAML
+"""
+
+EXAMPLES = r"""
+- name: Apply the rendered Kubeflow manifests
+  decice.hybrid.manifest_apply:
+    kubeconfig: /path/to/kubeconfig
+    src: /path/to/kubeflow-full.yaml
+    patience: 3
+    delay: 10
+  register: applied
+
+- name: Remove them again
+  decice.hybrid.manifest_apply:
+    kubeconfig: /path/to/kubeconfig
+    objects: "{{ applied.objects }}"
+    state: absent
+"""
+
+RETURN = r"""
+objects:
+  description: Every object of O(src) in document order (apiVersion, kind, namespace, name).
+  returned: state=present
+  type: list
+  elements: dict
+created:
+  description: Objects created by this run.
+  returned: state=present
+  type: list
+  elements: dict
+updated:
+  description: Objects that existed and were changed by this run.
+  returned: state=present
+  type: list
+  elements: dict
+refused:
+  description: Objects still refused after the last pass, each with the server's C(reason).
+  returned: state=present
+  type: list
+  elements: dict
+passes:
+  description: Apply passes made.
+  returned: state=present
+  type: int
+deleted:
+  description: Objects a delete was sent for.
+  returned: state=absent
+  type: list
+  elements: dict
+remaining:
+  description: Objects still there at O(wait_timeout), each with C(reason).
+  returned: state=absent
+  type: list
+  elements: dict
+"""
+
+REQUEST_TIMEOUT = 60
+
+
+def _message(exc: Any) -> str:
+    """The API server's own message of a failed request, else its reason."""
+    try:
+        body = json.loads(exc.body)
+    except (TypeError, ValueError, AttributeError):
+        body = None
+    if isinstance(body, Mapping) and body.get("message"):
+        return str(body["message"])
+    return str(getattr(exc, "reason", "") or exc)
+
+
+class _Cluster:
+    """manifests.Cluster over kubernetes.core's dynamic client."""
+
+    def __init__(self, dynamic: Any, field_manager: str) -> None:
+        self._dynamic = dynamic
+        self._field_manager = field_manager
+
+    def _resource(self, api_version: str, kind: str) -> Any:
+        try:
+            return self._dynamic.resources.get(api_version=api_version, kind=kind)
+        except ResourceNotFoundError:
+            raise manifests.Refused(f"the server has no kind {kind} in {api_version}") from None
+
+    def namespaced(self, api_version: str, kind: str) -> bool:
+        return bool(self._resource(api_version, kind).namespaced)
+
+    def _where(self, ident: manifests.Ident) -> tuple[Any, str | None]:
+        resource = self._resource(ident[0], ident[1])
+        return resource, (ident[2] or "default") if resource.namespaced else None
+
+    def get(self, ident: manifests.Ident) -> manifests.Obj:
+        try:
+            resource, namespace = self._where(ident)
+            found = self._dynamic.get(
+                resource, name=ident[3], namespace=namespace, _request_timeout=REQUEST_TIMEOUT
+            )
+        except manifests.Refused:
+            raise manifests.Missing(manifests.describe(ident)) from None
+        except DynamicApiError as exc:
+            if exc.status == 404:
+                raise manifests.Missing(manifests.describe(ident)) from None
+            raise
+        return dict(found.to_dict())
+
+    def list(self, api_version: str, kind: str) -> dict[tuple[str, str], manifests.Obj]:
+        resource = self._resource(api_version, kind)
+        try:
+            found = self._dynamic.get(resource, _request_timeout=REQUEST_TIMEOUT)
+        except DynamicApiError as exc:
+            raise manifests.Refused(_message(exc)) from None
+        items = found.to_dict().get("items") or []
+        return {
+            (str(item["metadata"].get("namespace") or ""), str(item["metadata"]["name"])): item
+            for item in items
+        }
+
+    def apply(self, ident: manifests.Ident, body: manifests.Obj) -> manifests.Obj:
+        resource, namespace = self._where(ident)
+        try:
+            found = self._dynamic.server_side_apply(
+                resource,
+                body=body,
+                name=ident[3],
+                namespace=namespace,
+                force_conflicts=True,
+                field_manager=self._field_manager,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        except DynamicApiError as exc:
+            raise manifests.Refused(_message(exc)) from None
+        return dict(found.to_dict())
+
+    def delete(self, ident: manifests.Ident) -> None:
+        try:
+            resource, namespace = self._where(ident)
+            self._dynamic.delete(
+                resource,
+                name=ident[3],
+                namespace=namespace,
+                propagation_policy="Background",
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        except manifests.Refused:
+            raise manifests.Missing(manifests.describe(ident)) from None
+        except DynamicApiError as exc:
+            if exc.status == 404:
+                raise manifests.Missing(manifests.describe(ident)) from None
+            raise
+
+    def refresh(self) -> None:
+        self._dynamic.resources.invalidate_cache()
+
+
+def _argument_spec() -> dict[str, Any]:
+    spec = copy.deepcopy(AUTH_ARG_SPEC)
+    spec.update(
+        src={"type": "path"},
+        objects={"type": "list", "elements": "dict"},
+        state={"type": "str", "choices": ["present", "absent"], "default": "present"},
+        field_manager={"type": "str", "default": "decice"},
+        patience={"type": "int", "default": 1},
+        delay={"type": "float", "default": 5.0},
+        wait_timeout={"type": "float", "default": 300.0},
+    )
+    return spec
+
+
+def _documents(module: Any, src: str) -> list[manifests.Obj]:
+    try:
+        with open(src, encoding="utf-8") as stream:
+            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+            return manifests.load(yaml.load_all(stream, Loader=loader), src)  # noqa: S506 (a safe loader)
+    except (OSError, yaml.YAMLError, manifests.ManifestError) as exc:
+        module.fail_json(msg=f"{src}: cannot read the manifests: {exc}")
+    return []
+
+
+def _idents(module: Any, rows: list[Mapping[str, Any]]) -> list[manifests.Ident]:
+    idents: list[manifests.Ident] = []
+    for index, row in enumerate(rows):
+        try:
+            idents.append(
+                (
+                    str(row["apiVersion"]),
+                    str(row["kind"]),
+                    str(row.get("namespace") or ""),
+                    str(row["name"]),
+                )
+            )
+        except KeyError as exc:
+            module.fail_json(msg=f"objects[{index}]: no {exc.args[0]}")
+    return idents
+
+
+def run(module: Any) -> dict[str, Any]:
+    params = module.params
+    if params["state"] == "present" and not params["src"]:
+        module.fail_json(msg="state=present needs src")
+    if params["state"] == "absent" and not (params["src"] or params["objects"] is not None):
+        module.fail_json(msg="state=absent needs objects or src")
+    if params["patience"] < 1:
+        module.fail_json(msg=f"patience {params['patience']}: give 1 or more")
+    docs = _documents(module, params["src"]) if params["src"] else []
+    try:
+        client = get_api_client(module=module)
+    except Exception as exc:  # kubeconfig missing or wrong, server unreachable at discovery
+        module.fail_json(msg=f"cannot make a Kubernetes client: {exc}")
+    cluster = _Cluster(client.client, params["field_manager"])
+    if params["state"] == "absent":
+        if params["objects"] is not None:
+            idents = _idents(module, params["objects"])
+        else:
+            idents = [manifests.identity(doc, bool(doc["metadata"].get("namespace"))) for doc in docs]
+        if module.check_mode:
+            present = [ident for ident in idents if manifests.present(cluster, ident)]
+            return {"changed": bool(present), "deleted": [], "remaining": []}
+        return manifests.remove_all(cluster, idents, timeout=params["wait_timeout"])
+    if module.check_mode:
+        return {"changed": False, "objects": [], "created": [], "updated": [], "refused": []}
+    outcome = manifests.apply_all(cluster, docs, patience=params["patience"], delay=params["delay"])
+    return outcome.as_dict()
+
+
+def main() -> None:
+    module = AnsibleK8SModule(argument_spec=_argument_spec(), supports_check_mode=True)
+    module.exit_json(**run(module))
+
+
+if __name__ == "__main__":
+    main()
