@@ -170,14 +170,22 @@ def api_objects(api: client.ApiClient, namespaces: Sequence[str]) -> set[tuple[s
     from kubernetes.dynamic.resource import ResourceList
 
     dyn = dynamic.DynamicClient(api)
+    dyn.resources.invalidate_cache()  # the client keeps discovery in a file: read it afresh
     noise = {"Event", "Lease", "Endpoints", "EndpointSlice", "ComponentStatus"}
     out: set[tuple[str, str, str, str]] = set()
+    # one version per (group, kind): the group's preferred one, else the kind's only one (a
+    # kind served in a version that is not the group's preferred one is still listed)
+    chosen: dict[tuple[str, str], Any] = {}
     for resource in dyn.resources.search():
         verbs = getattr(resource, "verbs", None) or []
         if "list" not in verbs or "/" in resource.name or resource.kind in noise:
             continue
-        if resource.preferred is False or isinstance(resource, ResourceList):
+        if isinstance(resource, ResourceList):
             continue
+        key = (resource.group, resource.kind)
+        if key not in chosen or resource.preferred:
+            chosen[key] = resource
+    for resource in chosen.values():
         try:
             if resource.namespaced:
                 items = [i for ns in namespaces for i in resource.get(namespace=ns).items]

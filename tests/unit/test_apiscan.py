@@ -75,6 +75,11 @@ DISCOVERY: dict[str, Any] = {
         "resources": [resource("tokenreviews", "TokenReview", False, ("create",))]
     },
     "/apis/example.com/v2": {"resources": [resource("widgets", "Widget", False)]},
+    # a kind served only in a version that is not the group's preferred one
+    "/apis/example.com/v1": {
+        "resources": [resource("widgets", "Widget", False), resource("gadgets", "Gadget", True)]
+    },
+    "/apis/apps/v1beta1": {"resources": [resource("deployments", "Deployment", True)]},
 }
 
 
@@ -153,6 +158,7 @@ def test_discovery_uses_preferred_versions_listable_types_and_leaves_noise_out()
         ("v1", "configmaps"),
         ("apps/v1", "deployments"),
         ("example.com/v2", "widgets"),
+        ("example.com/v1", "gadgets"),  # not in the preferred v2: listed in its own version
     }
     assert {(n["apiVersion"], n["kind"]) for n in noise} == {
         ("v1", "Event"),
@@ -166,8 +172,8 @@ def test_discovery_uses_preferred_versions_listable_types_and_leaves_noise_out()
             "error": "GET /apis/metrics.k8s.io/v1beta1: 503 failed as told",
         }
     ]
-    assert "/apis/apps/v1beta1" not in api.paths()
-    assert "/apis/example.com/v1" not in api.paths()
+    # every version's discovery is read, and each type is listed once
+    assert {"/apis/apps/v1beta1", "/apis/example.com/v1"} <= set(api.paths())
 
 
 def test_snapshot_holds_cluster_scope_and_the_named_namespaces_only() -> None:
@@ -193,11 +199,17 @@ def test_snapshot_holds_cluster_scope_and_the_named_namespaces_only() -> None:
     assert snap["format"] == apiscan.FORMAT
     assert snap["namespaces"] == ["addons"]
     assert snap["taken_at"] == "2025-01-01T00:00:00Z"
-    assert {t["kind"] for t in snap["types"]} == {"Namespace", "ConfigMap", "Deployment", "Widget"}
+    assert {t["kind"] for t in snap["types"]} == {
+        "Namespace",
+        "ConfigMap",
+        "Deployment",
+        "Widget",
+        "Gadget",
+    }
     assert apiscan.summary(snap) == {
         "taken_at": "2025-01-01T00:00:00Z",
         "namespaces": ["addons"],
-        "types": 4,
+        "types": 5,
         "objects": 8,
         "noise_types": 2,
         "errors": 1,

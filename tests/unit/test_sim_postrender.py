@@ -441,3 +441,77 @@ def test_cli_report_from_env_or_flag_and_none_without(tmp_path):
     assert json.loads((tmp_path / "flag.json").read_text())["objects"] == 1
     bad = run_captured(argv, input="a: [\n", env=env, timeout=60)
     assert bad.returncode == 1 and "not YAML" in bad.stderr and bad.stdout == ""
+
+
+def test_webhook_match_conditions_and_grpc_probes_are_removed():
+    text = yaml.safe_dump_all(
+        [
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "MutatingWebhookConfiguration",
+                "metadata": {"name": "m"},
+                "webhooks": [
+                    {"name": "a.example.org", "sideEffects": "None"},
+                    {
+                        "name": "b.example.org",
+                        "matchConditions": [{"name": "c", "expression": "true"}],
+                    },
+                ],
+            },
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "d", "namespace": "n"},
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "db",
+                                    "livenessProbe": {"grpc": {"port": 9090}},
+                                    "readinessProbe": {"tcpSocket": {"port": 9090}},
+                                }
+                            ]
+                        }
+                    }
+                },
+            },
+        ]
+    )
+    result = postrender.adapt_stream(text)
+    hook, deployment = (load(d) for d in naive_documents(result.text))
+    assert hook["webhooks"] == [
+        {"name": "a.example.org", "sideEffects": "None"},
+        {"name": "b.example.org"},
+    ]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert "livenessProbe" not in container
+    assert container["readinessProbe"] == {"tcpSocket": {"port": 9090}}
+    assert [(r.rule, r.path) for r in result.rewrites] == [
+        ("webhook-match-conditions", "/webhooks/1/matchConditions"),
+        ("probe-grpc", "/spec/template/spec/containers/0/livenessProbe"),
+    ]
+
+
+def test_service_ports_get_their_protocol_for_server_side_apply_only():
+    text = yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "s", "namespace": "n"},
+            "spec": {"ports": [{"port": 80}, {"port": 53, "protocol": "UDP"}]},
+        }
+    )
+    assert postrender.adapt_stream(text).rewrites == []
+    result = postrender.adapt_stream(text, server_side=True)
+    (service,) = (load(d) for d in naive_documents(result.text))
+    assert service["spec"]["ports"] == [
+        {"port": 80, "protocol": "TCP"},
+        {"port": 53, "protocol": "UDP"},
+    ]
+    assert [(r.rule, r.path) for r in result.rewrites] == [
+        ("port-protocol", "/spec/ports/0/protocol")
+    ]
+    cli = run_captured([str(BIN / SCRIPT), "--server-side"], input=text, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    assert "protocol: TCP" in cli.stdout

@@ -33,8 +33,9 @@ Rewrites (each measured against the sim's kube-apiserver v1.20.2, and each repor
 - ``probe-grpc``: a container probe by ``grpc`` (1.24+) is removed, the rest of the
   container kept (1.20 refuses the field; on the sim no container runs anyway).
 - ``port-protocol`` (``--server-side`` only): a Service port without ``protocol`` gets
-  the API default ``TCP``: 1.20's server-side apply needs every key of the ports list-map written out
-  ("associative list with keys has an element that omits key field \"protocol\"").
+  the API default ``TCP``: 1.20's server-side apply needs every key of the ports
+  list-map written out ("associative list with keys has an element that omits key
+  field \"protocol\"").
 - ``dropped-object``: objects of kinds 1.20 has no API for at all
   (ValidatingAdmissionPolicy and its Binding) are left out of the output.
 
@@ -139,7 +140,9 @@ OLDER_API = {
     "HorizontalPodAutoscaler": ("autoscaling/v2", "autoscaling/v2beta2", ()),
 }
 NO_API = frozenset({"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"})
-WEBHOOK_CONFIGURATIONS = frozenset({"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"})
+WEBHOOK_CONFIGURATIONS = frozenset(
+    {"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
+)
 # kind -> where its pod template sits (Pod itself: the object)
 POD_TEMPLATES: dict[str, tuple[str, ...]] = {
     "Pod": (),
@@ -412,7 +415,6 @@ class _Adapter:
                         "unknown-field",
                         f"removed {key!r}: {self.kind} {older} has no such field",
                     )
-
 
     # ---------------------------------------------------------- fields newer than 1.20
 

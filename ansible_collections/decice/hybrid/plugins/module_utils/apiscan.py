@@ -117,45 +117,58 @@ def group_of(api_version: str) -> str:
     return api_version.rpartition("/")[0]
 
 
-def _group_versions(fetch: Fetch) -> list[tuple[str, str]]:
+def _group_versions(fetch: Fetch) -> list[tuple[str, list[str]]]:
+    """Each API group with its versions, the preferred one first."""
     core = fetch("/api", {}, {})
     versions = [str(v) for v in core.get("versions") or []]
-    out = [("", versions[0])] if versions else []
+    out = [("", versions[:1])] if versions else []
     for group in fetch("/apis", {}, {}).get("groups") or []:
-        preferred = (group.get("preferredVersion") or {}).get("version")
-        if not preferred and group.get("versions"):
-            preferred = group["versions"][0].get("version")
+        served = [str(v.get("version")) for v in group.get("versions") or [] if v.get("version")]
+        preferred = (group.get("preferredVersion") or {}).get("version") or (served[:1] or [None])[
+            0
+        ]
         if preferred:
-            out.append((str(group["name"]), str(preferred)))
+            out.append(
+                (str(group["name"]), [str(preferred)] + [v for v in served if v != preferred])
+            )
     return out
 
 
 def discover(fetch: Fetch) -> tuple[list[ResourceType], list[Obj], list[Obj]]:
     """Listable resource types, the noise types left out (with why) and the group versions
-    that could not be read. Raises :class:`FetchError` when /api or /apis cannot be read."""
+    that could not be read. Raises :class:`FetchError` when /api or /apis cannot be read.
+
+    Each type once, in its group's preferred version; a type a group serves only in another
+    version (kserve's ClusterServingRuntime in v1alpha1 beside the preferred v1beta1) in the
+    first version that has it."""
     types: list[ResourceType] = []
     noise: list[Obj] = []
     errors: list[Obj] = []
-    for group, version in _group_versions(fetch):
-        path = f"/apis/{group}/{version}" if group else f"/api/{version}"
-        try:
-            listing = fetch(path, {}, {})
-        except FetchError as exc:
-            if exc.status is None:
-                raise
-            api_version = f"{group}/{version}" if group else version
-            errors.append({"apiVersion": api_version, "kind": "", "error": str(exc)})
-            continue
-        for item in listing.get("resources") or []:
-            name = str(item.get("name", ""))
-            if "/" in name or "list" not in (item.get("verbs") or []):
+    for group, versions in _group_versions(fetch):
+        seen: set[str] = set()
+        for version in versions:
+            path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+            try:
+                listing = fetch(path, {}, {})
+            except FetchError as exc:
+                if exc.status is None:
+                    raise
+                api_version = f"{group}/{version}" if group else version
+                errors.append({"apiVersion": api_version, "kind": "", "error": str(exc)})
                 continue
-            rtype = ResourceType(group, version, name, str(item["kind"]), bool(item["namespaced"]))
-            why = NOISE_TYPES.get((group, name))
-            if why:
-                noise.append({**rtype.as_dict(), "why": why})
-            else:
-                types.append(rtype)
+            for item in listing.get("resources") or []:
+                name = str(item.get("name", ""))
+                if "/" in name or "list" not in (item.get("verbs") or []) or name in seen:
+                    continue
+                seen.add(name)
+                rtype = ResourceType(
+                    group, version, name, str(item["kind"]), bool(item["namespaced"])
+                )
+                why = NOISE_TYPES.get((group, name))
+                if why:
+                    noise.append({**rtype.as_dict(), "why": why})
+                else:
+                    types.append(rtype)
     return types, noise, errors
 
 

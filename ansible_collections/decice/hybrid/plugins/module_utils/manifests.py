@@ -310,7 +310,11 @@ def remove_all(
                 "remaining": [{**_row(ident), "reason": _why(cluster, ident)} for ident in waiting],
                 "changed": bool(deleted),
             }
-    return {"deleted": [_row(ident) for ident in deleted], "remaining": [], "changed": bool(deleted)}
+    return {
+        "deleted": [_row(ident) for ident in deleted],
+        "remaining": [],
+        "changed": bool(deleted),
+    }
 
 
 def present(cluster: Cluster, ident: Ident) -> bool:

@@ -1,11 +1,12 @@
 #!/usr/bin/python
-"""Ansible module decice.hybrid.manifest_apply: a rendered manifest set applied or removed as one."""
+"""Ansible module decice.hybrid.manifest_apply: a rendered manifest set, applied or removed."""
 
 from __future__ import annotations
 
 import copy
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ansible_collections.decice.hybrid.plugins.module_utils import manifests
@@ -241,9 +242,9 @@ def _argument_spec() -> dict[str, Any]:
 
 def _documents(module: Any, src: str) -> list[manifests.Obj]:
     try:
-        with open(src, encoding="utf-8") as stream:
+        with Path(src).open(encoding="utf-8") as stream:
             loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-            return manifests.load(yaml.load_all(stream, Loader=loader), src)  # noqa: S506 (a safe loader)
+            return manifests.load(yaml.load_all(stream, Loader=loader), src)
     except (OSError, yaml.YAMLError, manifests.ManifestError) as exc:
         module.fail_json(msg=f"{src}: cannot read the manifests: {exc}")
     return []
@@ -284,7 +285,9 @@ def run(module: Any) -> dict[str, Any]:
         if params["objects"] is not None:
             idents = _idents(module, params["objects"])
         else:
-            idents = [manifests.identity(doc, bool(doc["metadata"].get("namespace"))) for doc in docs]
+            idents = [
+                manifests.identity(doc, bool(doc["metadata"].get("namespace"))) for doc in docs
+            ]
         if module.check_mode:
             present = [ident for ident in idents if manifests.present(cluster, ident)]
             return {"changed": bool(present), "deleted": [], "remaining": []}
