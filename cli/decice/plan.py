@@ -77,7 +77,10 @@ def artifact_sources(loaded: LoadedSpec) -> dict[str, dict[str, Any]]:
     table = versions.pinned()
     out: dict[str, dict[str, Any]] = {}
     for addon in addons.registry():
-        for component in addon.components:
+        components = addon.components
+        if addon.name == "kubeflow" and spec.addons.kubeflow.profile == "full":
+            components = ("kubeflow_manifests",)  # the platform's manifests, not the chart
+        for component in components:
             artifact = (table.get(component) or {}).get("artifact")
             if not isinstance(artifact, dict):
                 continue

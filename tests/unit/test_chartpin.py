@@ -56,7 +56,11 @@ CHART = b"apiVersion: v2\nname: c\nversion: 1.0.0\n"
 
 
 def test_every_pinned_chart_has_the_content_pin_of_the_mirror_copy(charts: Path) -> None:
-    pinned = {c: e["artifact"] for c, e in versions.pinned().items() if "artifact" in e}
+    pinned = {
+        c: e["artifact"]
+        for c, e in versions.pinned().items()
+        if "artifact" in e and e["artifact"]["file"].startswith("charts/")
+    }
     assert len(pinned) == 6
     for component, artifact in pinned.items():
         assert _pin(MIRROR / artifact["file"]) == artifact["content_sha256"], component

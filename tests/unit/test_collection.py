@@ -678,3 +678,18 @@ def test_baseline_require_names_the_hosts_a_controller_play_delegates_to(tmp_pat
     passed = _run(_tool("ansible-playbook"), "-i", "inventories/local", str(play))
     assert passed.returncode == 0, passed.stdout[-3000:]
     assert _recap(passed.stdout)["changed"] == 0
+
+
+@pytest.mark.parametrize(
+    "module", sorted((COLLECTION / "plugins" / "modules").glob("*.py")), ids=lambda p: p.stem
+)
+def test_module_documentation_is_yaml(module: Path) -> None:
+    """ansible-doc and ansible-lint read these blocks as YAML (a ': ' in prose breaks them)."""
+    source = module.read_text()
+    blocks = dict(
+        re.findall(r'^(DOCUMENTATION|EXAMPLES|RETURN) = r"""(.*?)"""', source, re.M | re.S)
+    )
+    assert set(blocks) == {"DOCUMENTATION", "EXAMPLES", "RETURN"}, module.name
+    docs = {name: yaml.safe_load(text) for name, text in blocks.items()}
+    assert docs["DOCUMENTATION"]["module"] == module.stem
+    assert docs["DOCUMENTATION"]["short_description"]

@@ -5,10 +5,15 @@ aggregated ClusterRoles left to their controller, removal order and what stays."
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 from ansible_collections.decice.hybrid.plugins.module_utils import manifests
+
+from decice import spec
+from decice.targets import registry
+from tests.support import sim_spec
 
 pytestmark = pytest.mark.unit
 
@@ -261,3 +266,36 @@ def test_remove_all_deletes_in_stages_and_reports_what_waits_for_a_finalizer():
         "CustomResourceDefinition",
     ]
     assert manifests.remove_all(cluster, outcome.objects, sleep=lambda _s: None)["changed"] is False
+
+
+def test_the_plays_get_a_kubectl_for_kustomize_beside_helm(tmp_path: Path) -> None:
+    """The full profile renders with the target's kubectl (kubectl kustomize): the CLI hands
+    it to the plays as decice_kubectl, on the sim the control plane's own."""
+    path = tmp_path / "decice.yaml"
+    path.write_text(sim_spec("u", ("n", 1, 'cpu: "4", memory: 8Gi')))
+    got = registry.get("sim").ansible_vars(spec.load(path))
+    assert Path(got["decice_kubectl"]).name == "kubectl"
+    assert Path(got["decice_helm"]).parent == Path(got["decice_kubectl"]).parent
+    assert registry.get("static").kubectl(spec.load(path)).endswith("kubectl")
+
+
+def test_plan_names_the_manifests_archive_for_profile_full(tmp_path: Path) -> None:
+    from decice import plan
+
+    path = tmp_path / "decice.yaml"
+    base = sim_spec("u", ("n", 1, 'cpu: "4", memory: 8Gi'))
+    path.write_text(base)
+    assert "kubeflow_trainer" in plan.artifact_sources(spec.load(path))
+    (tmp_path / "m").mkdir()
+    path.write_text(base + "mirror: {path: m}\naddons:\n  kubeflow: {profile: full}\n")
+    sources = plan.artifact_sources(spec.load(path))
+    assert "kubeflow_trainer" not in sources
+    assert sources["kubeflow_manifests"] == {
+        "addon": "kubeflow",
+        "enabled": True,
+        "from": "mirror.path",
+        "location": f"{tmp_path / 'm'}/sources/kubeflow-manifests-26.03.tar.gz",
+    }
+    path.write_text(base + "addons:\n  kubeflow: {profile: full}\n")
+    # GitHub packs its tag archive itself: no upstream source to check by sha256
+    assert plan.artifact_sources(spec.load(path))["kubeflow_manifests"]["from"] is None

@@ -21,7 +21,7 @@ author:
   - decice maintainers
 description:
   - Read-only. Computes the file's sha256 and the chart's content pin (the digest of what helm
-    loads from it: files and canonical C(Chart.yaml), subcharts expanded; the definition is in
+    loads from it - files and canonical C(Chart.yaml), subcharts expanded; the definition is in
     C(plugins/module_utils/chartpin.py) and C(docs/addons.md)), so a mirror's copy, upstream's own
     packaged C(.tgz) and a chart directory from a source archive verify against one pin.
   - A directory is checked (no symlink out of it, no device) and packaged with C(helm package) into

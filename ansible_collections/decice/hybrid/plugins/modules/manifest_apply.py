@@ -33,7 +33,7 @@ description:
     is not written again. Objects the server refuses are applied again in a next
     pass (a custom resource waits for its CRD, an object for the webhook that admits it)
     until all are in or O(patience) passes in a row took nothing more in; what is still
-    refused is returned with the server's reason, and the module does not fail for it:
+    refused is returned with the server's reason, and the module does not fail for it -
     the caller decides.
   - With O(state=absent), deletes the objects named in O(objects) (or every document of
     O(src)) in the order that leaves nothing stuck - webhook configurations and
