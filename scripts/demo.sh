@@ -16,12 +16,34 @@ cd "$work"
 lab_name=${DECICE_DEMO_LAB:-demo-hpc}
 hpc=""
 if lab_json=$("$decice" lab status --name "$lab_name" --json 2>/dev/null) &&
-  printf '%s' "$lab_json" | "$python" -c 'import json,sys; sys.exit(0 if json.load(sys.stdin).get("slurm_env") else 1)'; then
+  printf '%s' "$lab_json" | "$python" -c 'import json,sys; sys.exit(0 if (json.load(sys.stdin) or {}).get("slurm_env") else 1)'; then
   hpc=1
   printf '%s' "$lab_json" | "$python" "$root/scripts/demo_hpc_spec.py" "$root/cli/decice/data/default-spec.yaml" > decice.yaml
   echo "== SLURM lab $lab_name found: hpc-0 is backed by interLink on it (decice.yaml)"
 else
   rm -f decice.yaml  # the built-in default spec
+fi
+
+# With DECICE_DEMO_UPSTREAM=standins, the add-on charts come "from upstream" without a
+# mirror: scripts/upstream_standins.py serves the mirror's real charts (DECICE_DEMO_MIRROR,
+# default ../shared/mirror beside the checkout) on 127.0.0.1 in their upstream shapes (HTTP
+# file, GitHub tag archive, OCI registry) and the spec's upstream.rewrite points at them.
+if [ "${DECICE_DEMO_UPSTREAM:-}" = standins ]; then
+  mirror=${DECICE_DEMO_MIRROR:-$root/../shared/mirror}
+  rm -f upstream.yaml
+  "$python" "$root/scripts/upstream_standins.py" --mirror "$mirror" --work "$work/standins" \
+    --spec "$work/upstream.yaml" &
+  standins=$!
+  trap 'kill "$standins" 2>/dev/null; wait "$standins" 2>/dev/null || true' EXIT
+  for _ in $(seq 1 900); do  # the first run may build helm (the sim's binaries) first
+    [ -f upstream.yaml ] && break
+    kill -0 "$standins" 2>/dev/null || { echo "the upstream stand-ins did not start" >&2; exit 1; }
+    sleep 1
+  done
+  [ -f upstream.yaml ] || { echo "the upstream stand-ins did not start in 900 s" >&2; exit 1; }
+  [ -f decice.yaml ] || cp "$root/cli/decice/data/default-spec.yaml" decice.yaml
+  cat upstream.yaml >> decice.yaml
+  echo "== upstream stand-ins serve the mirror's charts (upstream.rewrite in decice.yaml)"
 fi
 
 echo "== decice plan (built-in default spec: a small hybrid cluster on the simulator)"

@@ -6,20 +6,13 @@ directory served over HTTP."""
 from __future__ import annotations
 
 import contextlib
-import functools
-import gzip
-import http.server
 import importlib.util
-import io
 import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import tarfile
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -49,6 +42,14 @@ def load_file(path: Path, name: str, *, register: bool = False) -> ModuleType:
         sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+_STANDINS = load_file(REPO / "scripts" / "upstream_standins.py", "upstream_standins")
+served = _STANDINS.served  # an HTTP server with a handler: yields its base URL
+served_directory = _STANDINS.served_directory  # a directory over HTTP: yields its base URL
+repack_chart = _STANDINS.repack_chart  # another packaging of a chart (same content pin)
+UPSTREAM_HOSTS = _STANDINS.UPSTREAM_HOSTS
+UPSTREAM_REGISTRY = _STANDINS.UPSTREAM_REGISTRY
 
 
 def require(condition: bool, reason: str) -> None:
@@ -134,30 +135,6 @@ def run_tasks(
     path.write_text(yaml.safe_dump([play]))
     result = run_playbook(inventory, path, *args)
     return result.returncode, result.stdout + result.stderr, localhost_recap(result.stdout)
-
-
-@contextlib.contextmanager
-def served(handler: Any) -> Iterator[str]:
-    """An HTTP server with ``handler`` on 127.0.0.1 (a free port, a thread per request);
-    yields the base URL."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
-
-
-@contextlib.contextmanager
-def served_directory(root: Path) -> Iterator[str]:
-    """``root`` served read-only over HTTP on 127.0.0.1 (a free port); yields the base URL."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
-    with served(handler) as url:
-        yield url
 
 
 def pid_alive(pid: int) -> bool:
@@ -282,126 +259,17 @@ def tunnel_key_options(port: int = 3000) -> str:
     return template.replace("{{ interlink__tunnel_port }}", str(port)).strip()
 
 
-def repack_chart(
-    src: Path, dest: Path, edit: Callable[[dict[str, bytes]], object] | None = None
-) -> Path:
-    """The chart archive ``src`` packed again the way another tool would (members in
-    reverse order, other mtimes, owners and modes, GNU format, gzip level 1), so its bytes
-    differ and its content does not; ``edit`` may first change the files (path below the
-    top directory -> bytes) in place. Writes and returns ``dest``."""
-    with tarfile.open(src, "r:gz") as tar:
-        members = [m for m in tar.getmembers() if m.isfile()]
-        top = members[0].name.split("/", 1)[0]
-        files = {m.name.split("/", 1)[1]: tar.extractfile(m).read() for m in members}  # type: ignore[union-attr]
-    if edit is not None:
-        edit(files)
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as out:
-        for rel in sorted(files, reverse=True):
-            info = tarfile.TarInfo(f"{top}/{rel}")
-            info.size, info.mtime, info.mode = len(files[rel]), 1_000_000_000, 0o755
-            info.uid, info.gid, info.uname, info.gname = 1000, 1000, "someone", "users"
-            out.addfile(info, io.BytesIO(files[rel]))
-    dest.write_bytes(gzip.compress(raw.getvalue(), compresslevel=1, mtime=0))
-    return dest
-
-
-UPSTREAM_HOSTS = ("https://github.com/", "https://raw.githubusercontent.com/")
-UPSTREAM_REGISTRY = "oci://ghcr.io/"
-
-
 @contextlib.contextmanager
 def upstream_standins(
     mirror: Path, work: Path, artifacts: Mapping[str, Mapping[str, Any]], helm: str
 ) -> Iterator[dict[str, Any]]:
-    """Loopback stand-ins for the upstream sources of ``artifacts`` (versions.yml
-    ``<component>.artifact``), all built from the mirror's real charts: an HTTP server
-    with each ``url`` (repacked, so only its content pin matches) and each ``source``
-    (a GitHub-style tag archive: one top directory, the chart at its path, plus an
-    unrelated file), and an OCI registry (Debian's docker-registry) holding each ``oci``
-    chart pushed with helm. Yields the spec's ``upstream`` section that points at them."""
-    registry = shutil.which("docker-registry")
-    require(registry is not None, "docker-registry (Debian package docker-registry)")
-    served = work / "served"
-    for artifact in artifacts.values():
-        chart = mirror / str(artifact["file"])
-        if artifact.get("url"):
-            dest = served / _below_host(str(artifact["url"]))
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            repack_chart(chart, dest)
-        if artifact.get("source"):
-            source = artifact["source"]
-            dest = served / _below_host(str(source["archive"]))
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            _tag_archive(chart, dest, str(source["path"]))
-    port = _free_port()
-    config = work / "registry.yml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "version": 0.1,
-                "log": {"level": "error"},
-                "storage": {"filesystem": {"rootdirectory": str(work / "registry")}},
-                "http": {"addr": f"127.0.0.1:{port}"},
-            }
-        )
-    )
-    with (work / "registry.log").open("wb") as log:
-        proc = subprocess.Popen(
-            [str(registry), "serve", str(config)], stdout=subprocess.DEVNULL, stderr=log
-        )
-    try:
-        wait_for("the OCI registry", lambda: _listening(port), timeout=30)
-        for artifact in artifacts.values():
-            if artifact.get("oci"):
-                ref = str(artifact["oci"]["ref"])
-                repo = ref[len(UPSTREAM_REGISTRY) :].rsplit("/", 1)[0]
-                target = f"oci://127.0.0.1:{port}/{repo}"
-                subprocess.run(
-                    [helm, "push", "--plain-http", str(mirror / str(artifact["file"])), target],
-                    check=True,
-                    capture_output=True,
-                    timeout=60,
-                )
-        with served_directory(served) as url:
-            rewrite = {host: f"{url}/{host.split('://', 1)[1]}" for host in UPSTREAM_HOSTS}
-            rewrite[UPSTREAM_REGISTRY] = f"oci://127.0.0.1:{port}/"
-            yield {"rewrite": rewrite, "plain_http": True}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
-def _below_host(url: str) -> str:
-    """``https://host/a/b`` -> ``host/a/b`` (where the stand-in serves it)."""
-    return url.split("://", 1)[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _tag_archive(chart: Path, dest: Path, path: str) -> None:
-    """A tag archive (``<repo>-<tag>/...``) with ``chart``'s files at ``path``."""
-    top = dest.name.removesuffix(".tar.gz").lstrip("v")
-    with tarfile.open(chart, "r:gz") as tar:
-        members = [m for m in tar.getmembers() if m.isfile()]
-        files = {m.name.split("/", 1)[1]: tar.extractfile(m).read() for m in members}  # type: ignore[union-attr]
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as out:
-        entries = {"README.md": b"the project\n", **{f"{path}/{k}": v for k, v in files.items()}}
-        for rel, data in sorted(entries.items()):
-            info = tarfile.TarInfo(f"upstream-{top}/{rel}")
-            info.size, info.mode = len(data), 0o644
-            out.addfile(info, io.BytesIO(data))
-    dest.write_bytes(gzip.compress(raw.getvalue()))
+    """scripts/upstream_standins.py's stand-ins for the upstream sources of ``artifacts``
+    (versions.yml ``<component>.artifact``), built from the mirror's real charts: HTTP for
+    each ``url`` and tag-archive ``source``, Debian's docker-registry for each ``oci``.
+    Yields the spec's ``upstream`` section that points at them."""
+    require(shutil.which("docker-registry") is not None, "docker-registry (Debian package)")
+    with _STANDINS.standins(mirror, work, artifacts, helm) as section:
+        yield section
 
 
 def resolve_task(name: str, artifact: Any, **variables: Any) -> dict[str, Any]:

@@ -8,7 +8,10 @@ the session's SLURM lab (three nodes, as README's; created once for the whole SL
 group, tests/integration/conftest.py) and scripts/demo.sh runs with DECICE_DEMO_DIR set
 to a fresh directory and DECICE_DEMO_LAB to the session lab's name: plan, up (built-in
 default spec, hpc-0 backed by interLink on the lab's node1), status, the sample workload,
-examples/hpc-pod.yaml as a SLURM job and its log, down, reset, runs.
+examples/hpc-pod.yaml as a SLURM job and its log, down, reset, runs. With
+DECICE_DEMO_UPSTREAM=standins (README) and no mirror, every add-on chart comes from
+scripts/upstream_standins.py (the mirror's real charts in their upstream shapes on
+loopback), so `up` ends ok, not incomplete.
 
 The session lab was created under the session's lab state root, not in the demo
 directory: the demo directory's `.decice/lab/<name>` is a symlink to it, so `decice lab
@@ -47,7 +50,12 @@ def demo_dir(
 
 def test_make_demo_runs_a_pod_as_a_slurm_job(demo_dir: Path, slurm_cluster: lab.LabInfo) -> None:
     lab_name = slurm_cluster.name
-    env = {**os.environ, "DECICE_DEMO_DIR": str(demo_dir), "DECICE_DEMO_LAB": lab_name}
+    env = {
+        **os.environ,
+        "DECICE_DEMO_DIR": str(demo_dir),
+        "DECICE_DEMO_LAB": lab_name,
+        "DECICE_DEMO_UPSTREAM": "standins",
+    }
     proc = subprocess.run(
         [str(REPO / "scripts" / "demo.sh")],
         cwd=REPO,
@@ -62,6 +70,8 @@ def test_make_demo_runs_a_pod_as_a_slurm_job(demo_dir: Path, slurm_cluster: lab.
     assert f"== SLURM lab {lab_name} found: hpc-0 is backed by interLink on it" in out
     assert re.search(r"^hpc-hello\s+0/1\s+Completed\s.*\shpc-0\s", out, re.M), out[-4000:]
     assert re.search(r"^pod ran as SLURM job \d+ on node[123]$", out, re.M), out[-4000:]
+    assert "== upstream stand-ins serve the mirror's charts" in out
+    assert re.search(r"^decice up ok in ", out, re.M), out[-6000:]  # not incomplete
     assert "decice down ok" in out and "decice reset ok" in out
     # the demo's down left nothing on the session lab's login host: no plugin process, no
     # install or data directory of the lab user, and the lab is still whole for the group
