@@ -48,6 +48,7 @@ _STANDINS = load_file(REPO / "scripts" / "upstream_standins.py", "upstream_stand
 served = _STANDINS.served  # an HTTP server with a handler: yields its base URL
 served_directory = _STANDINS.served_directory  # a directory over HTTP: yields its base URL
 repack_chart = _STANDINS.repack_chart  # another packaging of a chart (same content pin)
+tag_archive = _STANDINS.tag_archive  # a GitHub-style tag archive holding a chart at a path
 UPSTREAM_HOSTS = _STANDINS.UPSTREAM_HOSTS
 UPSTREAM_REGISTRY = _STANDINS.UPSTREAM_REGISTRY
 

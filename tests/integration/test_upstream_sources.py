@@ -10,7 +10,10 @@ anything is fetched, and `decice mirror sync` fills a mirror from the same sourc
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +26,14 @@ from decice.targets.base import helm_binary
 from tests.support import (
     REPO,
     last_debug_json,
+    repack_chart,
     require,
     resolve_task,
     run_decice,
     run_local_json,
+    served_directory,
     sim_spec,
+    tag_archive,
     upstream_standins,
 )
 
@@ -118,3 +124,84 @@ def test_every_chart_from_its_upstream_source_verified_then_cached(tmp_path: Pat
     assert sorted(p.name for p in (cache / "charts").iterdir()) == sorted(
         Path(a["file"]).name for a in pinned.values()
     )
+
+
+def _symlink_out(archive: Path, member: str) -> None:
+    """``archive`` (a tag archive) with ``member`` replaced by a symlink to /etc/hostname."""
+    raw = io.BytesIO()
+    with tarfile.open(archive, "r:gz") as src, tarfile.open(fileobj=raw, mode="w") as out:
+        for info in src.getmembers():
+            if info.name.endswith(member):
+                link = tarfile.TarInfo(info.name)
+                link.type, link.linkname = tarfile.SYMTYPE, "/etc/hostname"
+                out.addfile(link)
+            else:
+                out.addfile(info, src.extractfile(info) if info.isfile() else None)
+    archive.write_bytes(gzip.compress(raw.getvalue()))
+
+
+def test_a_changed_tag_archive_is_refused_before_anything_naming_source_file_and_pins(
+    tmp_path: Path,
+) -> None:
+    """Sedna's chart from a tag archive (the `source` shape) with one byte changed, with an
+    extra file, and with a file turned into a symlink out of the chart: each refused by the
+    engine's resolve step naming the archive, the chart path and the pins; nothing kept."""
+    require((MIRROR / "charts" / "SHA256SUMS").is_file(), f"the upstream mirror {MIRROR}")
+    sedna = versions.pinned()["sedna"]["artifact"]
+    archive_url, chart_path = sedna["source"]["archive"], sedna["source"]["path"]
+    below = archive_url.split("://", 1)[1]
+
+    def changed(files: dict[str, bytes]) -> None:
+        files["values.yaml"] += b"#"
+
+    def extra(files: dict[str, bytes]) -> None:
+        files["templates/extra.yaml"] = b"# not in the pinned chart\n"
+
+    served = tmp_path / "served"
+    for case, edit in (("changed", changed), ("extra", extra), ("symlink", None)):
+        chart = repack_chart(MIRROR / sedna["file"], tmp_path / f"{case}.tgz", edit=edit)
+        dest = served / case / below
+        dest.parent.mkdir(parents=True)
+        tag_archive(chart, dest, chart_path)
+        if case == "symlink":
+            _symlink_out(dest, f"{chart_path}/values.yaml")
+    tasks: list[dict[str, Any]] = []
+    with served_directory(served) as url:
+        for case in ("changed", "extra", "symlink"):
+            rewrite = {"https://github.com/": f"{url}/{case}/github.com/"}
+            tasks.append(
+                {
+                    "block": [
+                        resolve_task(
+                            "sedna",
+                            sedna,
+                            addon_engine_upstream_rewrite=rewrite,
+                            addon_engine_cache_dir=str(tmp_path / case / "artifacts"),
+                        )
+                    ],
+                    "rescue": [
+                        {
+                            "ansible.builtin.set_fact": {
+                                case: "{{ ansible_failed_result.msg | default('') }}"
+                            }
+                        }
+                    ],
+                }
+            )
+        tasks.append(
+            {"ansible.builtin.debug": {"msg": "{{ [changed, extra, symlink] | to_json }}"}}
+        )
+        out = run_local_json(
+            tmp_path / "resolve.yml",
+            tasks,
+            {"decice_state_dir": str(tmp_path / "state"), "decice_helm": helm_binary()},
+        )
+    messages = dict(zip(("changed", "extra", "symlink"), last_debug_json(out), strict=True))
+    for case, msg in messages.items():
+        assert f"{url}/{case}/github.com/" in msg and chart_path in msg, (case, msg)
+        assert "Nothing was installed" in msg, (case, msg)
+        if case != "symlink":
+            assert sedna["content_sha256"] in msg and sedna["sha256"] in msg, (case, msg)
+        charts = tmp_path / case / "artifacts" / "charts"
+        assert not charts.exists() or not any(charts.iterdir()), case  # nothing kept
+    assert "values.yaml" in messages["symlink"] and "link" in messages["symlink"]
