@@ -9,6 +9,7 @@ with the process that had it before.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +65,7 @@ class ProcWatch:
         self.every = every
         self.cmdlines: set[str] = set()  # of every process seen
         self.members: dict[ProcKey, str] = {}  # the root's descendants -> command line
+        self._triggers: list[tuple[str, Callable[[], None]]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -95,6 +97,14 @@ class ProcWatch:
             sample = procs[pid]
             self.members.setdefault(sample.key, sample.cmdline)
             todo.extend(children.get(pid, []))
+        for trigger in [t for t in self._triggers if self.members_matching(t[0])]:
+            self._triggers.remove(trigger)
+            trigger[1]()
+
+    def when_seen(self, text: str, action: Callable[[], None]) -> None:
+        """Call ``action`` (in the polling thread, once) as soon as a descendant's command
+        line holds ``text``: no later than one poll after it starts."""
+        self._triggers.append((text, action))
 
     def members_matching(self, text: str) -> list[ProcKey]:
         return [key for key, cmdline in self.members.items() if text in cmdline]

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -44,18 +45,21 @@ def _interrupt(
         text=True,
         start_new_session=True,
     )
-    with ProcWatch(proc.pid) as watch:
-        try:
-            wait_for(
-                f"{marker} to run",
-                lambda: watch.members_matching(marker) or proc.poll() is not None,
-                timeout=300,
-            )
-            assert proc.poll() is None, proc.communicate()
+    sent = threading.Event()
+
+    def send() -> None:  # in the watch's thread, the moment the marker is seen
+        if proc.poll() is None:
             if to_group:
                 os.killpg(proc.pid, sig)
             else:
                 proc.send_signal(sig)
+            sent.set()
+
+    with ProcWatch(proc.pid) as watch:
+        watch.when_seen(marker, send)
+        try:
+            wait_for(f"{marker} to run", lambda: sent.is_set() or proc.poll() is not None, 300)
+            assert sent.is_set(), proc.communicate()
             out, err = proc.communicate(timeout=120)
         finally:
             if proc.poll() is None:
