@@ -1,0 +1,272 @@
+#!/usr/bin/python
+"""Ansible module decice.hybrid.addon_receipt: an add-on's receipt, checked, written or removed."""
+
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+from typing import Any
+
+from ansible_collections.decice.hybrid.plugins.module_utils import receipts
+from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
+
+try:
+    from kubernetes.dynamic.exceptions import DynamicApiError, ResourceNotFoundError
+except ImportError:  # AnsibleK8SModule reports the missing kubernetes library
+    DynamicApiError = ResourceNotFoundError = Exception  # type: ignore[assignment,misc]
+
+DOCUMENTATION = r"""
+module: addon_receipt
+short_description: Tell which add-ons are installed exactly as this run wants them
+version_added: 0.1.0
+author:
+  - decice maintainers
+description:
+  - An add-on's receipt (C(<state_dir>/addons/receipts/<name>.json), mode 0600) is written
+    when its role has finished. It holds the sha256 of the run's inputs and what the
+    cluster held then - each helm release's latest revision, the CRDs of the add-on's API
+    groups, the Deployments, DaemonSets and StatefulSets of the releases' namespaces and
+    whether each was ready, the Endpoints with a ready address - and what the role recorded
+    for the run record.
+  - With O(state=check), returns the add-ons of O(names) whose receipt still holds - the
+    same O(inputs_sha256), each release still at its revision and deployed, nothing that
+    was there or ready then missing or unready now. Every other receipt is removed, and
+    why it did not hold is returned, so the add-on takes its whole install path.
+  - With O(state=present), reads the cluster and writes the receipt of O(name); nothing is
+    written while a release is not deployed.
+  - With O(state=absent), removes the receipts of O(names).
+  - Receipts are decice's own bookkeeping, like a fact cache; writing or removing one is
+    never reported as a change. The action plugin of the same name adds O(inputs_sha256)
+    for O(state=check) (the play's decice and add-on variables and the code's sha256).
+options:
+  state:
+    type: str
+    choices: [check, present, absent]
+    default: check
+  state_dir:
+    description: decice's state directory of the cluster.
+    type: path
+    required: true
+  names:
+    description: The add-ons, for O(state=check) and O(state=absent).
+    type: list
+    elements: str
+    default: []
+  name:
+    description: The add-on, for O(state=present).
+    type: str
+  inputs_sha256:
+    description:
+      - sha256 of what the install is made from; the action plugin adds it for O(state=check).
+    type: str
+  releases:
+    description: The add-on's helm releases (C(name), C(namespace)), for O(state=present).
+    type: list
+    elements: dict
+    default: []
+  crd_groups:
+    description: The API groups of the add-on's CRDs, for O(state=present).
+    type: list
+    elements: str
+    default: []
+  stats:
+    description: What the role recorded for the run record, given back by O(state=check).
+    type: dict
+    default: {}
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+requirements:
+  - kubernetes
+"""
+
+EXAMPLES = r"""
+- name: Find the add-ons already installed as this run wants them
+  decice.hybrid.addon_receipt:
+    kubeconfig: /path/to/kubeconfig
+    state_dir: /path/to/.decice
+    names: [volcano, kubeflow]
+  register: receipts
+"""
+
+RETURN = r"""
+current:
+  description: The add-ons whose receipt holds (O(state=check)).
+  returned: always
+  type: list
+  elements: str
+reasons:
+  description: Per add-on of O(names) that is not current, why not.
+  returned: always
+  type: dict
+stats:
+  description: The run-record data of the current add-ons, merged.
+  returned: always
+  type: dict
+inputs_sha256:
+  description: The inputs' sha256 the receipts were checked against (action plugin).
+  returned: O(state=check)
+  type: str
+written:
+  description: Whether the receipt was written (O(state=present)); see RV(reasons) when not.
+  returned: always
+  type: bool
+"""
+
+REQUEST_TIMEOUT = 30
+
+
+class _Cluster:
+    """receipts.Cluster over kubernetes.core's dynamic client."""
+
+    def __init__(self, dynamic: Any) -> None:
+        self._dynamic = dynamic
+
+    def list(
+        self, api_version: str, kind: str, namespace: str | None = None, label_selector: str = ""
+    ) -> list[receipts.Obj]:
+        try:
+            resource = self._dynamic.resources.get(api_version=api_version, kind=kind)
+        except ResourceNotFoundError:
+            return []
+        found = self._dynamic.get(
+            resource,
+            namespace=namespace,
+            label_selector=label_selector or None,
+            _request_timeout=REQUEST_TIMEOUT,
+        )
+        return list(found.to_dict().get("items") or [])
+
+
+def _argument_spec() -> dict[str, Any]:
+    spec = copy.deepcopy(AUTH_ARG_SPEC)
+    spec.update(
+        state={"type": "str", "choices": ["check", "present", "absent"], "default": "check"},
+        state_dir={"type": "path", "required": True},
+        names={"type": "list", "elements": "str", "default": []},
+        name={"type": "str"},
+        inputs_sha256={"type": "str"},
+        releases={"type": "list", "elements": "dict", "default": []},
+        crd_groups={"type": "list", "elements": "str", "default": []},
+        stats={"type": "dict", "default": {}},
+    )
+    return spec
+
+
+def _path(module: Any, name: str) -> Path:
+    try:
+        return receipts.path_of(module.params["state_dir"], name)
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    raise AssertionError("unreachable")
+
+
+def _as_checked(stats: dict[str, Any], written: str) -> dict[str, Any]:
+    """A receipt's run-record data for a run that found the add-on installed as wanted:
+    the check texts say when they were made."""
+    out = copy.deepcopy(stats)
+    verified = out.get("decice_verified")
+    if isinstance(verified, dict):
+        for key, text in verified.items():
+            verified[key] = f"{text} (checked at install, {written}; installed as wanted since)"
+    return out
+
+
+def _merge(into: dict[str, Any], more: dict[str, Any]) -> None:
+    for key, value in more.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            into[key].update(value)
+        else:
+            into[key] = value
+
+
+def run(module: Any) -> dict[str, Any]:
+    params = module.params
+    out: dict[str, Any] = {"changed": False, "current": [], "reasons": {}, "stats": {},
+                           "written": False}  # fmt: skip
+    if params["state"] == "absent":
+        paths = {name: _path(module, name) for name in params["names"]}
+        if module.check_mode:
+            removed = [name for name, path in paths.items() if path.exists()]
+        else:
+            removed = [name for name, path in paths.items() if receipts.forget(path)]
+        return {**out, "changed": bool(removed), "removed": removed}
+    if not params["inputs_sha256"]:
+        module.fail_json(msg="inputs_sha256 is required (the action plugin adds it to state=check)")
+    if params["state"] == "present":
+        if not params["name"]:
+            module.fail_json(msg="state=present needs name")
+        try:
+            client = _client(module)
+        except _Unreachable as exc:
+            module.fail_json(msg=str(exc))
+        return _write(module, client, out)
+    found = {name: (path, receipts.read(path)) for name in params["names"]
+             for path in [_path(module, name)]}  # fmt: skip
+    cluster: _Cluster | None = None
+    if any(receipt is not None for _, receipt in found.values()):
+        try:
+            cluster = _client(module)
+        except _Unreachable as exc:  # the whole install path will say what is wrong
+            cluster, out["reasons"] = None, {name: str(exc) for name in found}
+    for name, (path, receipt) in found.items():
+        if receipt is None:
+            out["reasons"][name] = "no receipt"
+            continue
+        if cluster is None:
+            continue
+        why = _checked(module, cluster, receipt)
+        if why is None:
+            out["current"].append(name)
+            stats = dict(receipt.get("stats") or {})
+            _merge(out["stats"], _as_checked(stats, str(receipt.get("written", "?"))))
+        else:
+            out["reasons"][name] = why
+            if not module.check_mode:
+                receipts.forget(path)
+    return out
+
+
+class _Unreachable(Exception):
+    pass
+
+
+def _client(module: Any) -> _Cluster:
+    try:
+        return _Cluster(get_api_client(module=module).client)
+    except Exception as exc:  # kubeconfig missing or wrong, server unreachable at discovery
+        raise _Unreachable(f"cannot make a Kubernetes client: {exc}") from None
+
+
+def _checked(module: Any, cluster: _Cluster, receipt: receipts.Obj) -> str | None:
+    try:
+        return receipts.check(cluster, receipt, module.params["inputs_sha256"])
+    except DynamicApiError as exc:
+        return f"reading the cluster: {exc.status} {exc.reason}"
+
+
+def _write(module: Any, cluster: _Cluster, out: dict[str, Any]) -> dict[str, Any]:
+    params = module.params
+    try:
+        seen = receipts.observe(cluster, params["releases"], params["crd_groups"])
+    except DynamicApiError as exc:
+        module.fail_json(msg=f"reading the cluster for the receipt: {exc.status} {exc.reason}")
+    why = receipts.incomplete(seen)
+    if why is not None:
+        return {**out, "reasons": {params["name"]: why}}
+    receipt = receipts.make(params["name"], params["inputs_sha256"], seen, params["stats"])
+    receipt["written"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    if not module.check_mode:
+        receipts.write(_path(module, params["name"]), receipt)
+    return {**out, "written": not module.check_mode}
+
+
+def main() -> None:
+    module = AnsibleK8SModule(argument_spec=_argument_spec(), supports_check_mode=True)
+    module.exit_json(**run(module))
+
+
+if __name__ == "__main__":
+    main()
