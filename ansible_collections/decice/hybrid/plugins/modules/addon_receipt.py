@@ -192,7 +192,7 @@ def run(module: Any) -> dict[str, Any]:
             removed = [name for name, path in paths.items() if path.exists()]
         else:
             removed = [name for name, path in paths.items() if receipts.forget(path)]
-        return {**out, "changed": bool(removed), "removed": removed}
+        return {**out, "removed": removed}
     if not params["inputs_sha256"]:
         module.fail_json(msg="inputs_sha256 is required (the action plugin adds it to state=check)")
     if params["state"] == "present":
