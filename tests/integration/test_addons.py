@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -292,6 +293,12 @@ def test_cli_up_idempotent_recovers_down_zero_leftovers_reset_verify(
         assert set(changed.values()) == {0}, f"a second up changed something: {changed}"
         history = _helm(helm, kc, "history", "volcano", "-n", "volcano-system", "-o", "json")
         assert len(json.loads(history.stdout)) == 1, "a second up made a new helm revision"
+        # ... and only checked the receipts of the first: same records, the checks' time named
+        for name in ("volcano", "kubeflow"):
+            assert again["installed"][name] == record["installed"][name]
+            assert "installed as wanted since" in again["verified"][name], again["verified"]
+            receipt = state / "addons" / "receipts" / f"{name}.json"
+            assert stat.S_IMODE(receipt.stat().st_mode) == 0o600
 
         # an upgrade killed while helm waits leaves the release pending-upgrade (helm then
         # refuses every operation on it): `up` must roll it back and complete
@@ -299,7 +306,11 @@ def test_cli_up_idempotent_recovers_down_zero_leftovers_reset_verify(
             helm, kc, "pending-upgrade", "upgrade", "volcano", str(chart), "--reuse-values",
             "--set", "custom.scheduler_ns.decice=nowhere",
         )  # fmt: skip
-        _decice(tmp_path, "up", "--only", "addons")
+        rolled = _decice(tmp_path, "up", "--only", "addons")
+        # the receipt no longer held (revision 2 pending-upgrade): volcano took its whole
+        # install path; kubeflow, untouched, only its check
+        assert "installed as wanted since" not in rolled["verified"]["volcano"]
+        assert "installed as wanted since" in rolled["verified"]["kubeflow"]
         history = _helm(helm, kc, "history", "volcano", "-n", "volcano-system", "-o", "json")
         assert "Rollback to 1" in [rev["description"] for rev in json.loads(history.stdout)]
         assert _release_status(helm, kc, "volcano", "volcano-system") == "deployed"
@@ -336,6 +347,7 @@ def test_cli_up_idempotent_recovers_down_zero_leftovers_reset_verify(
         assert after - before == set(), f"left behind: {sorted(after - before)}"
         reports = sorted(p.name for p in (state / "addons").glob("*adapted*"))
         assert reports == [], f"sim adaptation reports left in the state dir: {reports}"
+        assert list((state / "addons" / "receipts").iterdir()) == [], "receipts outlived down"
         _decice(tmp_path, "down", timeout=900)  # down twice
 
         # `verify --only cluster`: the same API comparison, on demand; it fails on a planted
