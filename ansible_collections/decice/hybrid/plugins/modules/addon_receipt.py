@@ -35,8 +35,8 @@ description:
     same O(inputs_sha256), each release still at its revision and deployed, nothing that
     was there or ready then missing or unready now. Every other receipt is removed, and
     why it did not hold is returned, so the add-on takes its whole install path.
-  - With O(state=present), reads the cluster and writes the receipt of O(name); nothing is
-    written while a release is not deployed.
+  - With O(state=present), reads the cluster and writes the receipt of each of O(entries);
+    nothing is written for an add-on while one of its releases is not deployed.
   - With O(state=absent), removes the receipts of O(names).
   - Receipts are decice's own bookkeeping, like a fact cache; writing or removing one is
     never reported as a change. The action plugin of the same name adds O(inputs_sha256)
@@ -55,27 +55,18 @@ options:
     type: list
     elements: str
     default: []
-  name:
-    description: The add-on, for O(state=present).
-    type: str
   inputs_sha256:
     description:
       - sha256 of what the install is made from; the action plugin adds it for O(state=check).
     type: str
-  releases:
-    description: The add-on's helm releases (C(name), C(namespace)), for O(state=present).
+  entries:
+    description:
+      - For O(state=present), one per add-on whose role has finished - C(name), C(releases)
+        (its helm releases, each C(name) and C(namespace)), C(crd_groups) (the API groups of
+        its CRDs) and C(stats) (what it recorded for the run record).
     type: list
     elements: dict
     default: []
-  crd_groups:
-    description: The API groups of the add-on's CRDs, for O(state=present).
-    type: list
-    elements: str
-    default: []
-  stats:
-    description: What the role recorded for the run record, given back by O(state=check).
-    type: dict
-    default: {}
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
 requirements:
@@ -110,9 +101,12 @@ inputs_sha256:
   returned: O(state=check)
   type: str
 written:
-  description: Whether the receipt was written (O(state=present)); see RV(reasons) when not.
+  description:
+    - The add-ons whose receipt was written (O(state=present)); RV(reasons) says why not
+      for the others.
   returned: always
-  type: bool
+  type: list
+  elements: str
 """
 
 REQUEST_TIMEOUT = 30
@@ -146,11 +140,8 @@ def _argument_spec() -> dict[str, Any]:
         state={"type": "str", "choices": ["check", "present", "absent"], "default": "check"},
         state_dir={"type": "path", "required": True},
         names={"type": "list", "elements": "str", "default": []},
-        name={"type": "str"},
         inputs_sha256={"type": "str"},
-        releases={"type": "list", "elements": "dict", "default": []},
-        crd_groups={"type": "list", "elements": "str", "default": []},
-        stats={"type": "dict", "default": {}},
+        entries={"type": "list", "elements": "dict", "default": []},
     )
     return spec
 
@@ -185,7 +176,7 @@ def _merge(into: dict[str, Any], more: dict[str, Any]) -> None:
 def run(module: Any) -> dict[str, Any]:
     params = module.params
     out: dict[str, Any] = {"changed": False, "current": [], "reasons": {}, "stats": {},
-                           "written": False}  # fmt: skip
+                           "written": []}  # fmt: skip
     if params["state"] == "absent":
         paths = {name: _path(module, name) for name in params["names"]}
         if module.check_mode:
@@ -196,8 +187,6 @@ def run(module: Any) -> dict[str, Any]:
     if not params["inputs_sha256"]:
         module.fail_json(msg="inputs_sha256 is required (the action plugin adds it to state=check)")
     if params["state"] == "present":
-        if not params["name"]:
-            module.fail_json(msg="state=present needs name")
         try:
             client = _client(module)
         except _Unreachable as exc:
@@ -249,18 +238,29 @@ def _checked(module: Any, cluster: _Cluster, receipt: receipts.Obj) -> str | Non
 
 def _write(module: Any, cluster: _Cluster, out: dict[str, Any]) -> dict[str, Any]:
     params = module.params
-    try:
-        seen = receipts.observe(cluster, params["releases"], params["crd_groups"])
-    except DynamicApiError as exc:
-        module.fail_json(msg=f"reading the cluster for the receipt: {exc.status} {exc.reason}")
-    why = receipts.incomplete(seen)
-    if why is not None:
-        return {**out, "reasons": {params["name"]: why}}
-    receipt = receipts.make(params["name"], params["inputs_sha256"], seen, params["stats"])
-    receipt["written"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    if not module.check_mode:
-        receipts.write(_path(module, params["name"]), receipt)
-    return {**out, "written": not module.check_mode}
+    written = []
+    for index, entry in enumerate(params["entries"]):
+        name = entry.get("name")
+        if not isinstance(name, str):
+            module.fail_json(msg=f"entries[{index}]: no name")
+        try:
+            seen = receipts.observe(
+                cluster, entry.get("releases") or [], entry.get("crd_groups") or []
+            )
+        except DynamicApiError as exc:
+            module.fail_json(
+                msg=f"{name}: reading the cluster for its receipt: {exc.status} {exc.reason}"
+            )
+        why = receipts.incomplete(seen)
+        if why is not None:
+            out["reasons"][name] = why
+            continue
+        receipt = receipts.make(name, params["inputs_sha256"], seen, entry.get("stats") or {})
+        receipt["written"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        if not module.check_mode:
+            receipts.write(_path(module, name), receipt)
+            written.append(name)
+    return {**out, "written": written}
 
 
 def main() -> None:
