@@ -187,6 +187,8 @@ def test_receipts_are_private_files_and_a_planted_symlink_is_not_read(tmp_path: 
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     assert receipts.read(path) == {"format": receipts.FORMAT}
     assert receipts.forget(path) and not receipts.forget(path)
+    assert not path.parent.exists(), "the empty receipts directory stays behind"
+    path.parent.mkdir()
     elsewhere = tmp_path / "elsewhere.json"
     elsewhere.write_text('{"format": "decice.addon-receipt/v1"}')
     path.symlink_to(elsewhere)

@@ -23,6 +23,7 @@ Standard library only; the module reads the cluster through kubernetes.core.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -271,9 +272,13 @@ def write(path: Path, receipt: Mapping[str, Any]) -> None:
 
 
 def forget(path: Path) -> bool:
-    """Remove the receipt at ``path``; True when there was one."""
+    """Remove the receipt at ``path`` (and the receipts directory once it is empty); True
+    when there was one."""
     try:
         path.unlink()
     except FileNotFoundError:
         return False
+    finally:
+        with contextlib.suppress(OSError):  # not empty, or not there
+            path.parent.rmdir()
     return True
