@@ -196,8 +196,9 @@ def test_receipts_are_private_files_and_a_planted_symlink_is_not_read(tmp_path: 
     path.unlink()
     path.write_text("{not json")
     assert receipts.read(path) is None
-    with pytest.raises(ValueError, match="lower-case"):
-        receipts.path_of(tmp_path, "../kubeconfig")
+    for bad in ("../kubeconfig", "volcano\n", ""):
+        with pytest.raises(ValueError, match="lower-case"):
+            receipts.path_of(tmp_path, bad)
 
 
 def test_the_inputs_cover_the_add_on_variables_and_not_the_play_internal_ones() -> None:

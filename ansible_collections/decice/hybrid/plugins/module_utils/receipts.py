@@ -35,7 +35,7 @@ from typing import Any, Protocol
 FORMAT = "decice.addon-receipt/v1"
 SUBDIR = Path("addons") / "receipts"
 WORKLOAD_KINDS = ("Deployment", "DaemonSet", "StatefulSet")
-NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}\Z")
 
 Obj = dict[str, Any]
 
