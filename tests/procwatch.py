@@ -52,11 +52,6 @@ def snapshot() -> dict[int, Sample]:
     return out
 
 
-def alive(key: ProcKey) -> bool:
-    sample = read(key[0])
-    return sample is not None and sample.start == key[1]
-
-
 class ProcWatch:
     """Polls /proc in a thread until :meth:`stop`; see the module docstring."""
 
@@ -95,7 +90,10 @@ class ProcWatch:
         while todo:
             pid = todo.pop()
             sample = procs[pid]
-            self.members.setdefault(sample.key, sample.cmdline)
+            # a process caught in the middle of its exec shows an empty command line: keep
+            # the first one that says what it runs
+            if not self.members.get(sample.key):
+                self.members[sample.key] = sample.cmdline
             todo.extend(children.get(pid, []))
         for trigger in [t for t in self._triggers if self.members_matching(t[0])]:
             self._triggers.remove(trigger)
@@ -110,5 +108,11 @@ class ProcWatch:
         return [key for key, cmdline in self.members.items() if text in cmdline]
 
     def alive_members(self) -> dict[ProcKey, str]:
-        """The descendants seen that still run."""
-        return {key: cmd for key, cmd in self.members.items() if alive(key)}
+        """The descendants seen that still run, each with its command line (read again
+        now when every sample caught it mid-exec)."""
+        out = {}
+        for key, cmd in self.members.items():
+            sample = read(key[0])
+            if sample is not None and sample.start == key[1]:
+                out[key] = cmd or sample.cmdline
+        return out
