@@ -226,3 +226,14 @@ def test_the_code_sha256_follows_the_collection_and_leaves_out_caches(tmp_path: 
     (tmp_path / "roles" / "r" / "main.yml").write_text("a: 2\n")
     assert receipts.tree_digest([tmp_path / "roles"]) != before
     assert len(action.code_sha256()) == 64
+
+
+def test_one_module_run_lists_each_kind_once_for_all_its_receipts() -> None:
+    cluster = FakeCluster()
+    first, second = receipt_of(cluster), receipt_of(cluster)
+    cluster.lists = 0
+    memo = receipts.Memo(cluster)
+    assert receipts.check(memo, first, "a" * 64) is None
+    once = cluster.lists
+    assert receipts.check(memo, second, "a" * 64) is None
+    assert cluster.lists == once, "the second receipt listed the cluster again"

@@ -50,6 +50,24 @@ class Cluster(Protocol):
         ...
 
 
+class Memo:
+    """A :class:`Cluster` that LISTs each (kind, namespace, selector) once: one module run
+    checks or writes several receipts, and the add-ons share their CRD list (megabytes
+    with Sedna's) and namespaces."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self._cluster = cluster
+        self._lists: dict[tuple[str, str, str | None, str], list[Obj]] = {}
+
+    def list(
+        self, api_version: str, kind: str, namespace: str | None = None, label_selector: str = ""
+    ) -> list[Obj]:
+        key = (api_version, kind, namespace, label_selector)
+        if key not in self._lists:
+            self._lists[key] = self._cluster.list(api_version, kind, namespace, label_selector)
+        return self._lists[key]
+
+
 def path_of(state_dir: str | Path, name: str) -> Path:
     """Where the receipt of add-on ``name`` lives under ``state_dir``."""
     if not NAME.match(name):

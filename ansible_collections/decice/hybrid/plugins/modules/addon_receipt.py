@@ -194,7 +194,7 @@ def run(module: Any) -> dict[str, Any]:
         return _write(module, client, out)
     found = {name: (path, receipts.read(path)) for name in params["names"]
              for path in [_path(module, name)]}  # fmt: skip
-    cluster: _Cluster | None = None
+    cluster: receipts.Memo | None = None
     if any(receipt is not None for _, receipt in found.values()):
         try:
             cluster = _client(module)
@@ -222,21 +222,21 @@ class _Unreachable(Exception):
     pass
 
 
-def _client(module: Any) -> _Cluster:
+def _client(module: Any) -> receipts.Memo:
     try:
-        return _Cluster(get_api_client(module=module).client)
+        return receipts.Memo(_Cluster(get_api_client(module=module).client))
     except Exception as exc:  # kubeconfig missing or wrong, server unreachable at discovery
         raise _Unreachable(f"cannot make a Kubernetes client: {exc}") from None
 
 
-def _checked(module: Any, cluster: _Cluster, receipt: receipts.Obj) -> str | None:
+def _checked(module: Any, cluster: receipts.Memo, receipt: receipts.Obj) -> str | None:
     try:
         return receipts.check(cluster, receipt, module.params["inputs_sha256"])
     except DynamicApiError as exc:
         return f"reading the cluster: {exc.status} {exc.reason}"
 
 
-def _write(module: Any, cluster: _Cluster, out: dict[str, Any]) -> dict[str, Any]:
+def _write(module: Any, cluster: receipts.Memo, out: dict[str, Any]) -> dict[str, Any]:
     params = module.params
     written = []
     for index, entry in enumerate(params["entries"]):
