@@ -14,11 +14,11 @@ timing on its own sim:
 - ``idempotent``: the same again (must change nothing);
 - ``down``: `decice down` (must leave nothing, decice's own scan says so).
 
-Prints one JSON line per checkout, round and step (wall seconds, Ansible tasks run,
-changed count), then per checkout the median of each step, its ratio to the first
-checkout's, and the tasks that took longest summed over the rounds (from the run's
-ansible-runner events). Every step must succeed or the bench stops. The sims are reset
-(`decice reset --yes`) at the end.
+Prints one JSON line per checkout, round and step (wall seconds, CPU seconds of decice
+and what it waited for, Ansible tasks run, changed count), then per checkout the median
+of each step, its ratio to the first checkout's, and the tasks that took longest summed
+over the rounds (from the run's ansible-runner events). Every step must succeed or the
+bench stops. The sims are reset (`decice reset --yes`) at the end.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -56,9 +57,17 @@ def _spec(addons: list[str], mirror: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _decice(checkout: Path, work: Path, *args: str) -> tuple[float, dict[str, Any]]:
-    """``decice ARGS --json`` with ``checkout``'s code in ``work``: wall seconds, record."""
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _decice(checkout: Path, work: Path, *args: str) -> tuple[float, float, dict[str, Any]]:
+    """``decice ARGS --json`` with ``checkout``'s code in ``work``: wall seconds, CPU
+    seconds of decice and everything it waited for (Ansible, its workers and modules,
+    helm; not the sim's control plane), record."""
     env = {**os.environ, "PYTHONPATH": str(checkout / "cli")}
+    cpu0 = _children_cpu()
     start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "decice", *args, "--json"],
@@ -70,9 +79,10 @@ def _decice(checkout: Path, work: Path, *args: str) -> tuple[float, dict[str, An
         check=False,
     )
     wall = time.monotonic() - start
+    cpu = _children_cpu() - cpu0
     if proc.returncode != 0:
         raise SystemExit(f"{checkout}: decice {' '.join(args)} failed:\n{proc.stderr[-4000:]}")
-    return wall, json.loads(proc.stdout)
+    return wall, cpu, json.loads(proc.stdout)
 
 
 def _task_seconds(work: Path, before: set[Path], seconds: dict[str, float]) -> None:
@@ -112,6 +122,7 @@ def main() -> None:
         works[checkout] = work
 
     walls: dict[tuple[Path, str], list[float]] = {}
+    cpus: dict[tuple[Path, str], list[float]] = {}
     tasks: dict[Path, dict[str, float]] = {c: defaultdict(float) for c in checkouts}
     try:
         for rnd in range(args.rounds):
@@ -119,7 +130,7 @@ def main() -> None:
                 work = works[checkout]
                 for step, argv in STEPS:
                     before = _runs(work)
-                    wall, record = _decice(checkout, work, *argv)
+                    wall, cpu, record = _decice(checkout, work, *argv)
                     stats = record.get("stats") or {}
                     changed = sum(counts.get("changed", 0) for counts in stats.values())
                     ran = sum(counts.get("ok", 0) for counts in stats.values())
@@ -127,8 +138,10 @@ def main() -> None:
                         raise SystemExit(f"{checkout}: the second up changed {changed} task(s)")
                     _task_seconds(work, before, tasks[checkout])
                     walls.setdefault((checkout, step), []).append(wall)
+                    cpus.setdefault((checkout, step), []).append(cpu)
                     line = {"checkout": str(checkout), "round": rnd + 1, "step": step,
-                            "wall_s": round(wall, 1), "tasks_ok": ran, "changed": changed,
+                            "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+                            "tasks_ok": ran, "changed": changed,
                             "load1": round(os.getloadavg()[0], 1)}  # fmt: skip
                     print(json.dumps(line), flush=True)
     finally:
@@ -142,6 +155,7 @@ def main() -> None:
             median = statistics.median(walls[(checkout, step)])
             summary[f"{step}_median_s"] = round(median, 1)
             summary[f"{step}_ratio"] = round(median / statistics.median(walls[(first, step)]), 2)
+            summary[f"{step}_cpu_median_s"] = round(statistics.median(cpus[(checkout, step)]), 1)
         summary["slowest_tasks_s"] = {
             name: round(sec, 1)
             for name, sec in sorted(tasks[checkout].items(), key=lambda kv: -kv[1])[: args.top]
