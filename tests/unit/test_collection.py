@@ -237,43 +237,6 @@ def test_versions_resolve_when_imported_and_when_run_directly(target: str) -> No
     assert _recap(result.stdout, "decice-addons-interlink")["ok"] > 0
 
 
-def test_a_failed_lane_lets_the_others_finish_then_stops_the_phase() -> None:
-    """interLink's lane fails (an endpoint on a host outside the inventory); the other lanes
-    (their roles off) run to their end; then the addons phase stops, naming the lane, and
-    neither the edge join nor the scheduler phase runs."""
-    result = _run(
-        _tool("ansible-playbook"),
-        "-i",
-        "inventories/local",
-        "playbooks/up.yml",
-        "--tags",
-        "addons,scheduler",
-        "-e",
-        json.dumps(
-            {
-                "volcano_enabled": False,
-                "kubeflow_enabled": False,
-                "kubeedge_enabled": False,
-                "sedna_enabled": False,
-                "interlink_endpoints": [
-                    {"node": "hpc-0", "login_host": "nowhere", "port": 4000, "user": "",
-                     "partition": "", "account": ""}
-                ],
-            }
-        ),
-    )  # fmt: skip
-    out = result.stdout
-    assert result.returncode != 0, out[-4000:]
-    assert "login_host nowhere (node hpc-0) is not a host of the inventory" in out, out[-4000:]
-    assert _recap(out, "decice-addons-interlink")["failed"] == 1
-    for lane in ("volcano", "kubeedge-sedna", "kubeflow"):
-        counts = _recap(out, f"decice-addons-{lane}")
-        assert counts["failed"] == 0 and counts["ok"] > 0, (lane, counts)
-    assert "the add-ons of interlink did not finish" in out
-    assert _recap(out)["failed"] == 1
-    assert "scheduler: " not in out.split("the add-ons of interlink did not finish")[1]
-
-
 def test_every_role_is_complete() -> None:
     roles = sorted(p for p in (COLLECTION / "roles").iterdir() if p.is_dir())
     assert roles
