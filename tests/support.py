@@ -121,17 +121,6 @@ def localhost_recap(stdout: str) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", recap.group(1))} if recap else {}
 
 
-def controller_recap(stdout: str) -> dict[str, int]:
-    """The PLAY RECAP counts of everything that ran on the controller, summed: localhost and
-    the add-on lanes of up.yml/down.yml (hosts ``decice-addons-*``, connection local);
-    {} when none is in the recap."""
-    total: dict[str, int] = {}
-    for line in re.findall(r"^(?:localhost|decice-addons-[\w-]+)\s+:\s+(.*)$", stdout, re.M):
-        for key, value in re.findall(r"(\w+)=(\d+)", line):
-            total[key] = total.get(key, 0) + int(value)
-    return total
-
-
 def run_tasks(
     inventory: str, path: Path, tasks: Sequence[Mapping[str, Any]], *args: str
 ) -> tuple[int, str, dict[str, int]]:

@@ -190,14 +190,9 @@ def test_cli_up_idempotent_down_zero_leftovers_psk_nowhere(
         assert "not possible on sim" in record["verified"]["kubeedge"], record["verified"]
         assert "not possible on sim" in record["verified"]["edge_join"], record["verified"]
         releases = (("cloudcore", "kubeedge"), ("edgemesh", "kubeedge"), ("sedna", "sedna"))
-        updated = {}
         for release, namespace in releases:
             history = _helm_history(helm, kubeconfig, release, namespace)
             assert [h["status"] for h in history] == ["deployed"], (release, history)
-            updated[release] = history[0]["updated"]
-        # Sedna depends on KubeEdge: one lane, cloudcore's release first
-        assert updated["cloudcore"] < updated["sedna"], updated
-        assert "decice-addons-kubeedge-sedna" in record["stats"], record["stats"]
 
         # cloudcore: advertised on the API server's host (sim), dynamicController on, v1.23.1
         config_map = core.read_namespaced_config_map("cloudcore", "kubeedge")

@@ -28,7 +28,7 @@ from kubernetes import client
 
 from decice.sim.binaries import BinarySet
 from decice.sim.controlplane import ControlPlaneInfo
-from tests.support import REPO, controller_recap, require, run_playbook
+from tests.support import REPO, localhost_recap, require, run_playbook
 
 pytestmark = pytest.mark.addons
 
@@ -60,7 +60,7 @@ def _vars(env: dict[str, Any], exclude: list[str]) -> Path:
 
 def _play(command: str, varfile: Path) -> tuple[int, str, dict[str, int]]:
     result = run_playbook("inventories/local", command, "--tags", "addons", "-e", f"@{varfile}")
-    return result.returncode, result.stdout + result.stderr, controller_recap(result.stdout)
+    return result.returncode, result.stdout + result.stderr, localhost_recap(result.stdout)
 
 
 def _by_group(key: tuple[str, ...]) -> tuple[str, ...]:

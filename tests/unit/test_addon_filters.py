@@ -5,7 +5,6 @@ from __future__ import annotations
 from types import ModuleType
 
 import pytest
-import yaml
 
 from tests.support import REPO, load_file
 
@@ -144,45 +143,3 @@ def test_crd_summary_keeps_the_groups_storage_version_and_established() -> None:
         "kind": "CustomResourceDefinition",
         "metadata": {"name": "jobs.batch.volcano.sh"},
     }
-
-
-def _lanes(names: list[str], registry: list[dict[str, object]], reverse: bool = False) -> list:
-    found = _filters().addon_lanes(registry, names, reverse)
-    return [(lane["name"], [a["name"] for a in lane["addons"]]) for lane in found]
-
-
-def test_addon_lanes_of_the_registry_keep_dependent_add_ons_together() -> None:
-    registry = yaml.safe_load(
-        (REPO / "ansible_collections/decice/hybrid/vars/addons.yml").read_text()
-    )["decice_addons"]
-    every = [entry["name"] for entry in registry]
-    assert _lanes(every, registry) == [
-        ("volcano", ["volcano"]),
-        ("kubeedge-sedna", ["kubeedge", "sedna"]),
-        ("interlink", ["interlink"]),
-        ("kubeflow", ["kubeflow"]),
-    ]
-    # removal: each lane last installed first, the lanes in the same order
-    assert _lanes(every, registry, reverse=True)[1] == ("kubeedge-sedna", ["sedna", "kubeedge"])
-    # a dependency outside the names (kubeedge installed as wanted) is not waited for
-    assert _lanes(["sedna", "kubeflow"], registry) == [
-        ("sedna", ["sedna"]),
-        ("kubeflow", ["kubeflow"]),
-    ]
-    assert _lanes([], registry) == []
-
-
-def test_addon_lanes_join_chains_and_shared_dependencies_in_registry_order() -> None:
-    registry: list[dict[str, object]] = [
-        {"name": "a", "depends_on": []},
-        {"name": "b", "depends_on": []},
-        {"name": "c", "depends_on": ["a"]},
-        {"name": "d", "depends_on": ["c", "b"]},
-        {"name": "e", "depends_on": []},
-    ]
-    # d needs c (which needs a) and b: all four in one lane, in registry order
-    assert _lanes(["e", "d", "c", "b", "a"], registry) == [
-        ("a-b-c-d", ["a", "b", "c", "d"]),
-        ("e", ["e"]),
-    ]
-    assert _lanes(["a", "b", "e"], registry) == [("a", ["a"]), ("b", ["b"]), ("e", ["e"])]

@@ -98,48 +98,11 @@ def crd_summary(crds: Iterable[Mapping[str, Any]], groups: Iterable[str]) -> lis
     return summary
 
 
-def addon_lanes(
-    registry: Iterable[Mapping[str, Any]], names: Iterable[str], reverse: bool = False
-) -> list[dict[str, Any]]:
-    """The add-ons ``names`` of ``registry`` (vars/addons.yml, in install order) in lanes.
-
-    A lane holds add-ons that depend on one another (``depends_on``, either way, among
-    ``names``; an add-on outside ``names`` is not waited for), in registry order, or in
-    reverse with ``reverse`` (removal); lanes share nothing, so up and down run them side
-    by side. Returns ``[{name, addons}]`` in the registry order of each lane's first
-    add-on; ``name`` joins the lane's add-on names with ``-``.
-    """
-    wanted = set(names)
-    entries = [dict(e) for e in registry if e.get("name") in wanted]
-    index = {str(e["name"]): i for i, e in enumerate(entries)}
-    parent = list(range(len(entries)))  # union-find over the dependency edges
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            i = parent[i]
-        return i
-
-    for i, entry in enumerate(entries):
-        for dep in entry.get("depends_on") or []:
-            if dep in index:
-                a, b = root(i), root(index[str(dep)])
-                parent[max(a, b)] = min(a, b)
-    lanes: dict[int, list[dict[str, Any]]] = {}
-    for i, entry in enumerate(entries):
-        lanes.setdefault(root(i), []).append(entry)
-    out: list[dict[str, Any]] = []
-    for first in sorted(lanes):
-        addons = lanes[first][::-1] if reverse else lanes[first]
-        out.append({"name": "-".join(str(e["name"]) for e in lanes[first]), "addons": addons})
-    return out
-
-
 class FilterModule:
     """decice.hybrid add-on filters."""
 
     def filters(self) -> dict[str, Any]:
         return {
-            "addon_lanes": addon_lanes,
             "addon_webhooks": addon_webhooks,
             "crd_summary": crd_summary,
             "not_ready": not_ready,
