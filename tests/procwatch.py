@@ -108,11 +108,12 @@ class ProcWatch:
         return [key for key, cmdline in self.members.items() if text in cmdline]
 
     def alive_members(self) -> dict[ProcKey, str]:
-        """The descendants seen that still run, each with its command line (read again
-        now when every sample caught it mid-exec)."""
+        """The descendants seen that still run, each with the command line it has now: a
+        sample taken between fork and exec shows the parent's command line (or none), so
+        what a process was first seen as does not say what it runs."""
         out = {}
         for key, cmd in self.members.items():
             sample = read(key[0])
             if sample is not None and sample.start == key[1]:
-                out[key] = cmd or sample.cmdline
+                out[key] = sample.cmdline or cmd
         return out
