@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,9 @@ import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from labcpu import children_cpu
 
 REPO = Path(__file__).resolve().parents[2]
 ADDONS = ("volcano", "kubeedge", "sedna", "interlink", "kubeflow")
@@ -57,17 +59,12 @@ def _spec(addons: list[str], mirror: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _decice(checkout: Path, work: Path, *args: str) -> tuple[float, float, dict[str, Any]]:
     """``decice ARGS --json`` with ``checkout``'s code in ``work``: wall seconds, CPU
     seconds of decice and everything it waited for (Ansible, its workers and modules,
     helm; not the sim's control plane), record."""
     env = {**os.environ, "PYTHONPATH": str(checkout / "cli")}
-    cpu0 = _children_cpu()
+    cpu0 = children_cpu()
     start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "decice", *args, "--json"],
@@ -79,7 +76,7 @@ def _decice(checkout: Path, work: Path, *args: str) -> tuple[float, float, dict[
         check=False,
     )
     wall = time.monotonic() - start
-    cpu = _children_cpu() - cpu0
+    cpu = children_cpu() - cpu0
     if proc.returncode != 0:
         raise SystemExit(f"{checkout}: decice {' '.join(args)} failed:\n{proc.stderr[-4000:]}")
     return wall, cpu, json.loads(proc.stdout)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -24,13 +23,11 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from labcpu import children_cpu
+
 POLLS = (0.001, 0.01)
 STRATEGIES = ("linear", "free")
-
-
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -58,14 +55,14 @@ def main() -> None:
                 config = work / f"poll-{poll}.cfg"
                 config.write_text(f"[defaults]\ninternal_poll_interval = {poll}\nforks = 25\n")
                 env = {**os.environ, "ANSIBLE_CONFIG": str(config)}
-                cpu0, start = _cpu(), time.monotonic()
+                cpu0, start = children_cpu(), time.monotonic()
                 subprocess.run(
                     [ansible, "-i", str(work / "inventory.yml"), str(work / f"{strategy}.yml")],
                     env=env, stdout=subprocess.DEVNULL, check=True,
                 )  # fmt: skip
                 line = {"round": rnd + 1, "strategy": strategy, "poll_s": poll,
                         "wall_s": round(time.monotonic() - start, 2),
-                        "cpu_s": round(_cpu() - cpu0, 2)}  # fmt: skip
+                        "cpu_s": round(children_cpu() - cpu0, 2)}  # fmt: skip
                 print(json.dumps(line), flush=True)
 
 
