@@ -1,6 +1,7 @@
 """CPU accounting shared by the benchmarks (bench/cleanslate/run.py,
-bench/ansible/speedups.py, bench/ansible/poll.py, bench/addons/engine.py): the controller's side (this process's waited-for children)
-and the nodes' side (the lab containers' cgroups)."""
+bench/ansible/speedups.py, bench/ansible/poll.py, bench/addons/engine.py): the
+controller's side (this process's waited-for children) and the nodes' side (the lab
+containers' cgroups)."""
 
 from __future__ import annotations
 
