@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from decice.allocation import checks
 from decice.interlink import quantity as plugin_quantity
+from decice.interlink import slurm as plugin_slurm
 from decice_scheduler.quantity import parse_quantity
 
 TARGETS = ("sim", "lab", "slurm", "pbs", "static")
@@ -180,6 +181,42 @@ _SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
 _LAUNCHER = re.compile(r"^[A-Za-z0-9_./=+:,@ -]{1,200}\Z")  # words, no quoting needed
 
 
+def _slurm_name(value: str | None) -> str | None:
+    if value is not None and not _SLURM_NAME.match(value):
+        raise _invalid(
+            f"{checks.shown(value)}: not a SLURM name",
+            "give the name as sinfo/sacctmgr shows it (letters, digits, '_', '.', '-')",
+        )
+    return value
+
+
+class PilotSpec(_Model):
+    """An endpoint's pilots (``mode: pilot``): leased allocations its pods run in as steps."""
+
+    nodes: Annotated[int, Field(ge=1)] = 1
+    time: str = "1:00:00"  # each pilot's walltime (sbatch --time)
+    partition: str | None = None  # unset: the endpoint's
+    account: str | None = None  # unset: the endpoint's
+    max_pilots: Annotated[int, Field(ge=1)] = 1
+    idle_release: Annotated[int, Field(ge=0)] = 300  # seconds a pilot without pods is kept
+    withdraw: Annotated[int, Field(ge=0)] = 60  # seconds before the walltime: no new pods
+
+    @field_validator("time")
+    @classmethod
+    def _time(cls, value: str) -> str:
+        if not plugin_slurm.seconds(value):
+            raise _invalid(
+                f"{checks.shown(value)}: not a SLURM time limit",
+                "give [days-]hours:minutes:seconds or minutes, e.g. 1:00:00 or 2-00:00:00",
+            )
+        return value
+
+    @field_validator("partition", "account")
+    @classmethod
+    def _slurm_name(cls, value: str | None) -> str | None:
+        return _slurm_name(value)
+
+
 class InterlinkEndpoint(_Model):
     """One virtual HPC node and the SLURM login host whose plugin backs it (docs/interlink.md)."""
 
@@ -201,6 +238,18 @@ class InterlinkEndpoint(_Model):
     # first control-plane host's address)
     bastion_port: int | None = None
     bastion_host: str | None = None
+    # job: one SLURM job per pod; pilot: pods as steps of leased allocations (docs/interlink.md)
+    mode: Literal["job", "pilot"] = "job"
+    pilot: PilotSpec | None = None
+
+    @model_validator(mode="after")
+    def _pilot_needs_mode(self) -> InterlinkEndpoint:
+        if self.pilot is not None and self.mode != "pilot":
+            raise _invalid(
+                "pilot is set but mode is job",
+                "set mode: pilot to lease pilots, or remove pilot",
+            )
+        return self
 
     @field_validator("bastion_port")
     @classmethod
@@ -280,12 +329,7 @@ class InterlinkEndpoint(_Model):
     @field_validator("partition", "account")
     @classmethod
     def _slurm_name(cls, value: str | None) -> str | None:
-        if value is not None and not _SLURM_NAME.match(value):
-            raise _invalid(
-                f"{checks.shown(value)}: not a SLURM name",
-                "give the name as sinfo/sacctmgr shows it (letters, digits, '_', '.', '-')",
-            )
-        return value
+        return _slurm_name(value)
 
     @field_validator("data_dir")
     @classmethod

@@ -83,6 +83,8 @@ addons:                      # each: enabled, version (pinned if absent), values
     #   mpi_launcher: mpiexec   # runs pods with slurm-job.vk.io/mpi-flags (or srun)
     #   bastion_port: 31022  #   real clusters: the node's ssh bastion (NodePort; 31022 + index)
     #   bastion_host: 10.0.0.5   # optional; else the first control-plane host's address
+    #   mode: job            #   job: a SLURM job per pod | pilot: steps in leased pilots
+    #   pilot: {nodes: 2, time: "4:00:00", max_pilots: 1, idle_release: 300}   # mode pilot
   kubeedge: {enabled: true}  # with EdgeMesh
   sedna: {enabled: true}     # needs kubeedge
   kubeflow: {enabled: true}  # Kubeflow Trainer

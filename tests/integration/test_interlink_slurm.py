@@ -8,26 +8,31 @@ HTTP with a bearer token, as interLink's API server would.
 
 from __future__ import annotations
 
-import http.client
 import json
 import shutil
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from decice import lab
-from tests.integration.labsupport import ssh, stage_plugin
+from tests.integration.labsupport import ssh
+from tests.integration.pluginsupport import (
+    LAB_UID,
+    Plugin,
+    create,
+    log,
+    pod,
+    running_plugin,
+    state,
+    terminated,
+)
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.addons]
 
 PORT = 4000
 BASE = "/shared/il"  # on every node
-LAB_UID = 1500
 
 
 def test_lab_user_and_shared_dir(slurm_cluster: lab.LabInfo) -> None:
@@ -50,95 +55,10 @@ def test_lab_user_and_shared_dir(slurm_cluster: lab.LabInfo) -> None:
     assert user == "decice" and host in {n.name for n in info.nodes}
 
 
-@dataclass
-class Plugin:
-    info: lab.LabInfo
-    host: str
-    token: str
-
-    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        conn = http.client.HTTPConnection(self.host, PORT, timeout=60)
-        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
-        conn.request(method, path, json.dumps(body) if body is not None else None, headers)
-        resp = conn.getresponse()
-        raw = resp.read().decode()
-        conn.close()
-        json_body = resp.getheader("Content-Type", "").startswith("application/json")
-        return resp.status, json.loads(raw) if json_body else raw
-
-    def sh(self, command: str) -> str:
-        return ssh(self.info, "decice@node1", command)
-
-    def start(self) -> None:
-        self.sh(
-            f"cd {BASE} || exit 1; PYTHONPATH={BASE}/app setsid nohup "
-            "python3 -m decice.interlink serve "
-            f"--data-dir {BASE}/data --listen tcp:0.0.0.0:{PORT} --token-file {BASE}/token "
-            f"--pidfile {BASE}/plugin.pid >>{BASE}/plugin.log 2>&1 </dev/null &"
-        )
-        wait_for("the plugin to answer", self._answers, timeout=20, every=0.3)
-
-    def _answers(self) -> bool:
-        try:
-            return self.call("GET", "/ping")[0] == 200
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        self.sh(f"[ -e {BASE}/plugin.pid ] && kill $(cat {BASE}/plugin.pid) || true")
-        wait_for(
-            "the plugin to exit",
-            lambda: self.sh(f"[ -e {BASE}/plugin.pid ] && echo up || echo down") == "down",
-            timeout=15,
-        )
-
-    def active_jobs(self) -> dict[str, str]:
-        """squeue's pending/running jobs of user decice: job id -> name."""
-        out = self.sh("squeue --me -h -o '%i %j'")
-        return dict(line.split() for line in out.splitlines() if line.strip())
-
-
 @pytest.fixture(scope="module")
 def plugin(slurm_cluster: lab.LabInfo) -> Iterator[Plugin]:
-    root = stage_plugin(slurm_cluster, "il")
-    for path in [root, *root.rglob("*")]:
-        shutil.chown(path, LAB_UID, LAB_UID)
-    token = uuid.uuid4().hex
-    node1 = slurm_cluster.nodes[0]
-    p = Plugin(slurm_cluster, node1.ip, token)
-    p.sh(f"umask 077 && printf '%s\\n' {token} > {BASE}/token")
-    p.start()
-    try:
+    with running_plugin(slurm_cluster, "il", PORT) as p:
         yield p
-    finally:
-        p.stop()
-        p.sh(f"PYTHONPATH={BASE}/app python3 -m decice.interlink cancel-all --data-dir {BASE}/data")
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def pod(name: str, script: str, resources: dict | None = None) -> dict:
-    res = {"limits": {"cpu": "1", "memory": "32Mi"}} if resources is None else resources
-    container = {"name": "main", "image": "busybox", "command": ["sh", "-c", script]}
-    container["resources"] = res  # type: ignore[assignment]
-    meta = {"name": name, "namespace": "hpc", "uid": str(uuid.uuid4())}
-    return {"metadata": meta, "spec": {"containers": [container]}}
-
-
-def create(p: Plugin, spec: dict) -> str:
-    code, body = p.call("POST", "/create", {"pod": spec, "container": [{"name": "main"}]})
-    assert code == 200, body
-    assert body["PodUID"] == spec["metadata"]["uid"]
-    return str(body["PodJID"])
-
-
-def state(p: Plugin, spec: dict) -> dict:
-    code, body = p.call("GET", "/status", [spec])
-    assert code == 200, body
-    return body[0]["containers"][0]["state"] if body else {}
-
-
-def terminated(p: Plugin, spec: dict, timeout: float = 60) -> dict:
-    return wait_for("the pod to terminate", lambda: state(p, spec).get("terminated"), timeout)
 
 
 def test_pod_runs_as_a_job_and_succeeds(plugin: Plugin) -> None:
@@ -149,18 +69,9 @@ def test_pod_runs_as_a_job_and_succeeds(plugin: Plugin) -> None:
     assert running["startedAt"].endswith("Z")
     done = terminated(plugin, spec)
     assert (done["exitCode"], done["reason"]) == (0, "Completed")
-    log_req = {
-        "Namespace": "hpc",
-        "PodUID": spec["metadata"]["uid"],
-        "PodName": "ok",
-        "ContainerName": "main",
-        "Opts": {},
-    }
-    code, text = plugin.call("GET", "/getLogs", log_req)
-    assert code == 200
-    first, last = text.splitlines()
+    first, last = log(plugin, spec).splitlines()
     assert first.startswith("start on node") and last == "done"
-    assert plugin.call("GET", "/getLogs", {**log_req, "Opts": {"Tail": 1}})[1] == "done\n"
+    assert log(plugin, spec, Tail=1) == "done\n"
 
 
 def test_failing_pod_reports_its_exit_code(plugin: Plugin) -> None:
@@ -200,9 +111,7 @@ def test_a_pod_too_big_submits_nothing(plugin: Plugin) -> None:
 def test_cancel_all_cancels_what_is_left(plugin: Plugin) -> None:
     jids = {create(plugin, pod(f"left{i}", "sleep 300")) for i in range(2)}
     wait_for("both jobs in squeue", lambda: jids <= set(plugin.active_jobs()), timeout=10)
-    out = plugin.sh(
-        f"PYTHONPATH={BASE}/app python3 -m decice.interlink cancel-all --data-dir {BASE}/data"
-    )
+    out = plugin.cancel_all()
     assert {line.rsplit(" ", 1)[-1] for line in out.splitlines()} == jids
     assert not jids & set(plugin.active_jobs())
 

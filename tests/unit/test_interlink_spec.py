@@ -73,6 +73,8 @@ def test_every_field_given_reaches_the_plays() -> None:
         "mpi_launcher": "srun --mpi=pmix",
         "bastion_port": 31500,
         "bastion_host": "10.0.0.5",
+        "mode": "job",
+        "pilot": None,
     }
 
 
@@ -162,6 +164,7 @@ def test_the_starter_documents_every_field() -> None:
     text = starter.render("lab")
     fields = ("node", "login_host", "user", "port", "partition", "account", "data_dir")
     extra = ("default_cpu", "default_memory", "mpi_launcher", "bastion_port", "bastion_host")
+    extra += ("mode", "pilot")
     for field in (*fields, *extra):
         assert f"#   {field}: " in text or f"# - {field}: " in text, field
     assert "auto | apptainer | bare" in text
@@ -227,3 +230,40 @@ def test_a_login_host_of_the_allocation_keeps_its_groups(tmp_path: Path) -> None
     assert list(children["decice_hpc"]["hosts"]) == ["login1"]
     assert not children["decice_interlink"]["hosts"]
     assert inv["all"]["hosts"]["login1"]["ansible_host"] == "10.1.0.9"
+
+
+def test_spec_pilot_mode_defaults_and_fields() -> None:
+    parsed, _ = spec.parse(HEAD + GOOD, "s.yaml")
+    (endpoint,) = parsed.addons.interlink.endpoints
+    assert (endpoint.mode, endpoint.pilot) == ("job", None)
+    text = HEAD + GOOD + "        mode: pilot\n        pilot: {nodes: 2, time: '4:00:00'}\n"
+    parsed, _ = spec.parse(text, "s.yaml")
+    dumped = parsed.model_dump(mode="json")["addons"]["interlink"]["endpoints"][0]
+    assert dumped["mode"] == "pilot"
+    assert dumped["pilot"] == {
+        "nodes": 2,
+        "time": "4:00:00",
+        "partition": None,
+        "account": None,
+        "max_pilots": 1,
+        "idle_release": 300,
+        "withdraw": 60,
+    }
+
+
+@pytest.mark.parametrize(
+    ("extra", "line", "says"),
+    [
+        ("        pilot: {nodes: 2}\n", 5, "pilot is set but mode is job"),
+        ("        mode: pilot\n        pilot: {time: soon}\n", 10, "not a SLURM time limit"),
+        ("        mode: pilot\n        pilot: {nodes: 0}\n", 10, "greater than or equal to 1"),
+        ("        mode: pilot\n        pilot: {partition: 'a b'}\n", 10, "not a SLURM name"),
+        ("        mode: batch\n", 9, "'job' or 'pilot'"),
+    ],
+)
+def test_spec_bad_pilot_fields_name_their_line(extra: str, line: int, says: str) -> None:
+    with pytest.raises(spec.SpecError) as caught:
+        spec.parse(HEAD + GOOD + extra, "s.yaml")
+    (issue,) = caught.value.issues
+    assert says in issue.render(), issue.render()
+    assert f"s.yaml:{line}:" in issue.render(), issue.render()

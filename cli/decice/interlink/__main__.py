@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import re
@@ -15,9 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from decice.interlink import quantity
+from decice.interlink import quantity, slurm
 from decice.interlink.errors import PluginError, UsageError
 from decice.interlink.jobscript import Defaults, Runtime
+from decice.interlink.pilot import PilotConfig
 from decice.interlink.plugin import Config, Plugin
 from decice.interlink.podspec import NAME_RE, SizeDefaults
 from decice.interlink.server import (
@@ -79,6 +81,26 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--tunnel-remote-port", type=int, default=3000, help="port on the bastion (default 3000)"
     )
+    pilot = serve.add_argument_group('pilot mode (docs/interlink.md, "Pilot mode")')
+    pilot.add_argument(
+        "--mode",
+        choices=["job", "pilot"],
+        default="job",
+        help="job: one SLURM job per pod (default); pilot: pods as steps of leased pilots",
+    )
+    pilot.add_argument("--pilot-nodes", type=int, help="nodes per pilot (default 1)")
+    pilot.add_argument("--pilot-time", help="walltime per pilot (sbatch --time; default 1:00:00)")
+    pilot.add_argument("--pilot-partition", help="partition (default: --partition)")
+    pilot.add_argument("--pilot-account", help="account (default: --account)")
+    pilot.add_argument("--max-pilots", type=int, help="pilots at most (default 1)")
+    pilot.add_argument(
+        "--idle-release", type=float, help="seconds a pilot without pods is kept (default 300)"
+    )
+    pilot.add_argument(
+        "--withdraw",
+        type=float,
+        help="seconds before a pilot's walltime when it takes no new pods (default 60)",
+    )
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     cancel = sub.add_parser("cancel-all", help="scancel every job of this data dir still queued")
     cancel.add_argument("--data-dir", required=True, type=Path)
@@ -133,6 +155,41 @@ def _size_defaults(cpu: str, memory: str) -> SizeDefaults:
     if cpus < 1:
         raise UsageError(f"--default-cpu {cpu!r}: give at least 1")
     return SizeDefaults(cpus, memory_mb)
+
+
+PILOT_FLAGS = (
+    "pilot_nodes",
+    "pilot_time",
+    "pilot_partition",
+    "pilot_account",
+    "max_pilots",
+    "idle_release",
+    "withdraw",
+)
+
+
+def _pilot_config(args: argparse.Namespace, defaults: Defaults) -> PilotConfig | None:
+    """--mode pilot's settings, checked; None in job mode (a pilot flag is then refused)."""
+    given = {f: getattr(args, f) for f in PILOT_FLAGS if getattr(args, f) is not None}
+    if args.mode != "pilot":
+        if given:
+            raise UsageError(f"--{next(iter(given)).replace('_', '-')} needs --mode pilot")
+        return None
+    config = PilotConfig.from_flags(given)
+    if config.nodes < 1 or config.max_pilots < 1:
+        raise UsageError("--pilot-nodes and --max-pilots: give at least 1")
+    if not slurm.seconds(config.time):
+        raise UsageError(
+            f"--pilot-time {config.time!r}: give a SLURM time limit, e.g. 30:00 or 1-00:00:00"
+        )
+    if config.idle_release < 0 or config.withdraw < 0:
+        raise UsageError("--idle-release and --withdraw: give seconds, 0 or more")
+    return dataclasses.replace(
+        config,
+        partition=_check_name(args.pilot_partition or "", "--pilot-partition")
+        or defaults.partition,
+        account=_check_name(args.pilot_account or "", "--pilot-account") or defaults.account,
+    )
 
 
 def _check_pidfile(path: Path) -> None:
@@ -205,7 +262,8 @@ def serve(args: argparse.Namespace) -> int:
         _check_pidfile(args.pidfile)
     if args.max_pods < 1:
         raise UsageError(f"--max-pods {args.max_pods}: give a positive number")
-    plugin = Plugin(Config(data_dir, runtime, defaults, args.max_pods, sizes))
+    pilot = _pilot_config(args, defaults)
+    plugin = Plugin(Config(data_dir, runtime, defaults, args.max_pods, sizes, pilot))
     plugin.ensure_dirs()
     server = make_server(plugin, listen, token)
     if args.pidfile:
@@ -218,18 +276,23 @@ def serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     log.info(
-        "serving on %s, data dir %s, runtime %s%s",
+        "serving on %s, data dir %s, runtime %s%s, %s",
         listen,
         data_dir,
         runtime.kind,
         ", bearer token required" if token else "",
+        "job mode"
+        if pilot is None
+        else f"pilot mode ({pilot.nodes} nodes x {pilot.time}, at most {pilot.max_pilots})",
     )
     tunnel = Tunnel(tunnel_spec) if tunnel_spec is not None else None
+    plugin.start()
     try:
         if tunnel is not None:
             tunnel.start()
         server.serve_forever(poll_interval=0.2)
     finally:
+        plugin.stop()
         if tunnel is not None:
             tunnel.stop()
         server.server_close()

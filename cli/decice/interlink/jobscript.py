@@ -187,7 +187,11 @@ sample() {  # "<bytes> <epoch>" to <container>.log.times for each log that grew
     echo "$n $t" >> "$JOB_DIR/$c.log.times"
   done
 }
-sampler() { while sleep 1; do sample; done; }
+# the sampler's own sleep ends with it: a step (pilot mode) lasts until its last process
+sampler() {
+  trap 'kill "${NAP:-}" 2>/dev/null; exit 0' TERM
+  while :; do sleep 1 & NAP=$!; wait "$NAP"; sample; done
+}
 sampler & SAMPLER=$!
 on_exit() { kill "$SAMPLER" $SIDECARS 2>/dev/null; sample; }
 trap on_exit EXIT

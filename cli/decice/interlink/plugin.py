@@ -19,9 +19,18 @@ from typing import Any
 from decice.interlink import api, logs, slurm
 from decice.interlink.errors import PluginError, Unrunnable, UsageError
 from decice.interlink.jobscript import JOB_PREFIX, TIMES, Defaults, Runtime, write_job_dir
+from decice.interlink.pilot import PILOT_NAME, PILOTS, SRUN_LOG, PilotConfig, Pilots
 from decice.interlink.podspec import PodSpec, Size, SizeDefaults, parse_pod
 from decice.interlink.status import JobView, container_status
-from decice.interlink.store import DELETED, SUBMITTED, SUBMITTING, Entry, Store
+from decice.interlink.store import (
+    DELETED,
+    LAUNCHING,
+    QUEUED,
+    SUBMITTED,
+    SUBMITTING,
+    Entry,
+    Store,
+)
 
 log = logging.getLogger("decice.interlink")
 
@@ -41,6 +50,7 @@ class Config:
     defaults: Defaults
     max_pods: int = 1000  # PingResponse pods: jobs wait in SLURM's queue, not on the node
     sizes: SizeDefaults = field(default_factory=SizeDefaults)  # a pod that sets no size
+    pilot: PilotConfig | None = None  # pilot mode (decice.interlink.pilot); None: job mode
 
 
 class Plugin:
@@ -52,6 +62,26 @@ class Plugin:
         self._sacct_works = True  # until sacct fails once (no accounting storage)
         self._queue_lock = threading.Lock()
         self._queue: tuple[float, dict[str, slurm.Job]] | None = None
+        # pilot entries are served in either mode (a restart may switch modes); new pods
+        # go to pilots only with config.pilot
+        self.pilots = Pilots(config.pilot or PilotConfig(), config.data_dir, self.store, self._lock)
+
+    def start(self) -> None:
+        """The pilots' round each second: place queued pods, lease and release pilots,
+        end the grace of deleted pods (job mode: only while pilot entries remain)."""
+        self.pilots.start(self._pilot_round)
+
+    def stop(self) -> None:
+        self.pilots.stop()
+
+    def _pilot_round(self) -> None:
+        if self.config.pilot is None and not any(e.mode == "pilot" for e in self.store.all()):
+            return
+        self.pilots.refresh()
+        with self._lock:
+            self.pilots.dispatch()
+        self._forget_ended()
+        self.pilots.forget({e.ref.key for e in self.store.all()})
 
     def _jobs(self) -> dict[str, slurm.Job]:
         """squeue's answer, shared by the /status calls of one second (many pods poll)."""
@@ -79,13 +109,14 @@ class Plugin:
             log.warning("--data-dir %s was %o: made 0700", data, found.st_mode & 0o777)
             data.chmod(0o700)
         self.store.ensure()
-        self.jobs.mkdir(mode=0o700, exist_ok=True)
-        self.jobs.chmod(0o700)
+        for part in (self.jobs, data / PILOTS):
+            part.mkdir(mode=0o700, exist_ok=True)
+            part.chmod(0o700)
 
     # ------------------------------------------------------------------ create
-    def _check_fits(self, spec: PodSpec, label: str) -> None:
-        """Refuse a pod larger than the partition's largest usable node."""
-        partition = spec.partition or self.config.defaults.partition or slurm.default_partition()
+    def _biggest(self, partition: str, label: str) -> Size:
+        """The largest usable node of ``partition`` ("": the default one), per resource."""
+        partition = partition or self.config.defaults.partition or slurm.default_partition()
         nodes = [
             n for n in slurm.nodes() if n.usable and (not partition or partition in n.partitions)
         ]
@@ -93,9 +124,15 @@ class Plugin:
             raise Unrunnable(
                 f"pod {label}: partition {partition or '(default)'} has no usable node"
             )
-        biggest = Size(
+        return Size(
             max(n.cpus for n in nodes), max(n.memory_mb for n in nodes), max(n.gpus for n in nodes)
         )
+
+    def _check_fits(self, spec: PodSpec, label: str, partition: str = "") -> None:
+        """Refuse a pod larger than the partition's largest usable node."""
+        partition = partition or spec.partition or self.config.defaults.partition
+        partition = partition or slurm.default_partition()
+        biggest = self._biggest(partition, label)
         asked = spec.size
         for what, want, have in (
             ("cpus", asked.cpus, biggest.cpus),
@@ -108,6 +145,18 @@ class Plugin:
                     f"{partition or '(default)'} has {have}; lower the pod's requests/limits "
                     "or pick a partition with bigger nodes (slurm-job.vk.io/partition)"
                 )
+
+    def _entry(self, ref: api.PodRef, spec: PodSpec) -> Entry:
+        """A new pod's store entry (state submitting, no job id)."""
+        return Entry(
+            name=ref.name,
+            namespace=ref.namespace,
+            uid=ref.uid,
+            job_dir=str(self.jobs / ref.key),
+            containers=[c.name for c in spec.containers],
+            init_containers=[c.name for c in spec.init_containers],
+            images={c.name: c.image for c in [*spec.init_containers, *spec.containers]},
+        )
 
     def create(self, body: Any) -> dict[str, str]:
         req = api.parse_create(body)
@@ -122,21 +171,15 @@ class Plugin:
                         "Apptainer/Singularity (runtime bare) the plugin runs the "
                         "container's command and args on the node: set command"
                     )
+        if self.config.pilot is not None:
+            return self._create_in_pilot(req.ref, spec, label)
         with self._lock:
             existing = self.store.get(ref.key)
             if existing is not None and existing.state == SUBMITTED and existing.jid:
                 return api.create_struct(ref.uid, existing.jid)  # a retried create
             self._check_fits(spec, label)
             job_dir = self.jobs / ref.key
-            entry = Entry(
-                name=ref.name,
-                namespace=ref.namespace,
-                uid=ref.uid,
-                job_dir=str(job_dir),
-                containers=[c.name for c in spec.containers],
-                init_containers=[c.name for c in spec.init_containers],
-                images={c.name: c.image for c in [*spec.init_containers, *spec.containers]},
-            )
+            entry = self._entry(ref, spec)
             self.store.put(entry)  # before sbatch: a crash in between is still found
             try:
                 script = write_job_dir(
@@ -154,6 +197,44 @@ class Plugin:
         log.info("pod %s (uid %s): SLURM job %s submitted", label, ref.uid, entry.jid)
         return api.create_struct(ref.uid, entry.jid)
 
+    def _create_in_pilot(self, ref: api.PodRef, spec: PodSpec, label: str) -> dict[str, str]:
+        """Pilot mode: the pod's job dir, queued; placed at once when a pilot has room."""
+        pilot = self.config.pilot
+        assert pilot is not None
+        if spec.size.gpus:
+            raise Unrunnable(
+                f"pod {label}: asks for {spec.size.gpus} GPUs; pilots lease no GPUs: run it "
+                "on an endpoint in job mode"
+            )
+        with self._lock:
+            existing = self.store.get(ref.key)
+            if existing is not None and existing.state in (QUEUED, LAUNCHING, SUBMITTED):
+                return api.create_struct(ref.uid, existing.jid)  # a retried create
+            self._check_fits(spec, label, pilot.partition)
+            job_dir = self.jobs / ref.key
+            entry = self._entry(ref, spec)
+            entry.state, entry.mode, entry.submitted_at = QUEUED, "pilot", utcnow()
+            entry.cpus, entry.memory_mb, entry.step_time = (
+                spec.size.cpus,
+                spec.size.memory_mb,
+                spec.time,
+            )
+            entry.queued_at = time.time()
+            try:
+                write_job_dir(job_dir, ref, spec, self.config.runtime, self.config.defaults)
+                self.store.put(entry)
+            except BaseException:
+                self.store.remove(ref.key)
+                shutil.rmtree(job_dir, ignore_errors=True)
+                raise
+            self.pilots.refresh()
+            self.pilots.dispatch()
+            placed = self.store.get(ref.key) or entry
+        self.pilots.wake()
+        where = f"pilot {placed.pilot} on {placed.node}" if placed.pilot else "the queue"
+        log.info("pod %s (uid %s): in %s", label, ref.uid, where)
+        return api.create_struct(ref.uid, placed.jid)
+
     # ------------------------------------------------------------------ delete
     def delete(self, body: Any) -> str:
         ref = api.pod_ref(body)
@@ -161,6 +242,13 @@ class Plugin:
             entry = self.store.get(ref.key)
             if entry is None:
                 return f"pod {ref.namespace}/{ref.name}: not known here; nothing to do"
+            if entry.mode == "pilot":
+                if entry.state == DELETED:
+                    return f"pod {ref.namespace}/{ref.name}: already deleted"
+                what = self.pilots.delete(entry)
+                log.info("pod %s/%s: %s", ref.namespace, ref.name, what)
+                self.pilots.wake()
+                return f"pod {ref.namespace}/{ref.name}: {what}"
             if not entry.jid:  # the plugin died between sbatch and recording the id
                 entry.jid = self._find_job(entry)
             job = slurm.queue().get(entry.jid) if entry.jid else None
@@ -192,6 +280,12 @@ class Plugin:
         except PluginError:
             return
         for entry in deleted:
+            if entry.mode == "pilot":
+                if self.pilots.gone(entry):
+                    with self._lock:
+                        shutil.rmtree(entry.job_dir, ignore_errors=True)
+                        self.store.remove(entry.ref.key)
+                continue
             job = jobs.get(entry.jid)
             if job is None or not job.active:
                 with self._lock:
@@ -231,6 +325,8 @@ class Plugin:
         return out
 
     def _view(self, entry: Entry, jobs: dict[str, slurm.Job]) -> JobView:
+        if entry.mode == "pilot":
+            return self._pilot_view(entry)
         job = jobs.get(entry.jid)
         if entry.state == SUBMITTING:  # sbatch in flight (or the plugin died in it)
             fake = slurm.Job(entry.jid, "PENDING", "Submitting", "", entry.job_dir)
@@ -248,6 +344,40 @@ class Plugin:
                 if self.store.get(entry.ref.key) is not None:
                     self.store.put(entry)
         return view
+
+    def _pilot_view(self, entry: Entry) -> JobView:
+        """A pilot pod: queued; its step running (or its srun starting); or ended, with
+        the step's or the pilot's end recorded the first time it is seen."""
+        if entry.state == QUEUED:
+            queued = slurm.Job("", "PENDING", "", "", entry.job_dir)
+            return JobView("", queued, pending="waiting for room in a pilot (pilot mode)")
+        pilot, seen = entry.pilot, self.pilots.refresh()
+        what = f"pilot job {pilot}"
+        if entry.ended:
+            return JobView(pilot, None, recorded=entry.ended, what=what, lease=True)
+        step = seen.steps.get(f"{JOB_PREFIX}{entry.uid}")
+        if step is not None and step.step_id.startswith(f"{pilot}."):
+            running = slurm.Job(step.step_id, "RUNNING", "None", step.name, entry.job_dir)
+            return JobView(step.step_id, running, what=f"SLURM step {step.step_id}")
+        lease = seen.leases.get(pilot)
+        if lease is not None and lease.running and self.pilots.holds_room(entry, time.time()):
+            starting = slurm.Job(pilot, "RUNNING", "None", "", entry.job_dir)
+            return JobView(pilot, starting, what=f"the step of {what} (srun starting)")
+        if lease is not None and lease.active and not lease.running:
+            return JobView(pilot, lease.job, what=what, lease=True)  # its end comes next
+        if lease is not None and lease.running:
+            ended = "COMPLETED"  # the step ended, the pilot goes on: the exit files tell
+            what = f"the step in {what} (srun's messages: {SRUN_LOG} in the job dir)"
+        elif lease is not None:
+            ended = lease.job.state
+        else:  # squeue forgot the pilot
+            accounting = slurm.sacct(pilot) if self._sacct_works else None
+            ended = accounting[0] if accounting and accounting[0] else "COMPLETED"
+        entry.ended = ended
+        with self._lock:
+            if self.store.get(entry.ref.key) is not None:
+                self.store.put(entry)
+        return JobView(pilot, None, recorded=ended, what=what, lease=True)
 
     # ------------------------------------------------------------------ logs
     def logs(self, body: Any) -> str | Iterator[bytes]:
@@ -279,8 +409,11 @@ class Plugin:
         now = self.store.get(entry.ref.key)
         if now is None or now.state == DELETED:
             return True
-        if now.state == SUBMITTING:
+        if now.state in (SUBMITTING, QUEUED):
             return False
+        if now.mode == "pilot":
+            self.pilots.refresh()
+            return self.pilots.gone(now) and not self.pilots.holds_room(now, time.time())
         try:
             job = self._jobs().get(now.jid)
         except PluginError:
@@ -294,6 +427,16 @@ class Plugin:
         That is its free cpu, memory and GPUs plus what this plugin's own running jobs
         hold: the virtual node's capacity must not shrink by the pods already bound to it
         (a scheduler counts those itself), only by other users' jobs."""
+        if self.config.pilot is not None:
+            self.pilots.refresh()
+            try:
+                biggest = self._biggest(self.config.pilot.partition, "(ping)")
+            except Unrunnable:  # no usable node: no pilot can be added
+                biggest = Size(0, 0)
+            size = self.pilots.capacity(biggest)
+            return api.ping_response(
+                str(size.cpus), f"{size.memory_mb}Mi", str(self.config.max_pods), {}
+            )
         partition = self.config.defaults.partition or slurm.default_partition()
         nodes = [
             n for n in slurm.nodes() if n.usable and (not partition or partition in n.partitions)
@@ -320,8 +463,11 @@ class Plugin:
         jobs = slurm.queue()
         mine = {e.jid for e in self.store.all() if e.jid}
         prefix = str(self.jobs) + "/"
+        pilots = str(self.config.data_dir / PILOTS)
         for job in jobs.values():
             if job.name.startswith(JOB_PREFIX) and (job.workdir + "/").startswith(prefix):
+                mine.add(job.jid)
+            if job.name == PILOT_NAME and job.workdir == pilots:  # its pods' steps end too
                 mine.add(job.jid)
         targets = sorted((j for j in mine if j in jobs and jobs[j].active), key=int)
         slurm.scancel(targets)
@@ -332,7 +478,7 @@ class Plugin:
                 break
             time.sleep(0.5)
         for entry in self.store.all():
-            if entry.jid in targets or entry.state == SUBMITTING:
+            if entry.jid in targets or entry.state in (SUBMITTING, QUEUED, LAUNCHING):
                 entry.state = DELETED
                 self.store.put(entry)
         return targets

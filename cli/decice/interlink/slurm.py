@@ -59,11 +59,13 @@ def sbatch(script: Path) -> str:
     return jid
 
 
-def scancel(jids: Iterable[str]) -> None:
-    """Cancel jobs; ones that already ended are no error."""
+def scancel(jids: Iterable[str], signal: str = "") -> None:
+    """Cancel jobs or steps (``J.S``); ones that already ended are no error. With
+    ``signal``, only send it (a step's graceful stop: a step's cancel is a SIGKILL)."""
     ids = [j for j in jids if j]
     if ids:
-        _run(["scancel", "--quiet", *ids], check=False)
+        sig = [f"--signal={signal}"] if signal else []
+        _run(["scancel", "--quiet", *sig, *ids], check=False)
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,8 @@ class Job:
     reason: str
     name: str
     workdir: str
+    nodelist: str = ""  # squeue's %N: the allocated nodes, in SLURM's compact form
+    time_left: str = ""  # squeue's %L: [D-]H:M:S, UNLIMITED, INVALID, NOT_SET
 
     @property
     def active(self) -> bool:
@@ -81,18 +85,69 @@ class Job:
 
 def queue() -> dict[str, Job]:
     """The user's jobs squeue still knows (active ones and recently ended ones)."""
-    out = _run(["squeue", "--me", "-h", "-t", "all", "-o", "%i|%T|%r|%j|%Z"]).stdout
+    out = _run(["squeue", "--me", "-h", "-t", "all", "-o", "%i|%T|%r|%j|%N|%L|%Z"]).stdout
     return parse_queue(out)
 
 
 def parse_queue(text: str) -> dict[str, Job]:
+    """squeue lines ``id|state|reason|name|nodes|left|workdir`` (the workdir last: it may
+    hold a ``|``); the shorter ``id|state|reason|name|workdir`` is read too."""
     jobs = {}
     for line in text.splitlines():
-        parts = line.split("|", 4)
-        if len(parts) == 5 and parts[0].strip():
-            jid = parts[0].strip()
-            jobs[jid] = Job(jid, parts[1].strip(), parts[2].strip(), parts[3], parts[4])
+        parts = line.split("|", 6)
+        if len(parts) not in (5, 7) or not parts[0].strip():
+            continue
+        jid = parts[0].strip()
+        head = (jid, parts[1].strip(), parts[2].strip(), parts[3])
+        if len(parts) == 5:
+            jobs[jid] = Job(*head, parts[4])
+        else:
+            jobs[jid] = Job(*head, parts[6], parts[4].strip(), parts[5].strip())
     return jobs
+
+
+def seconds(text: str) -> int | None:
+    """SLURM's duration ``[D-]HH:MM:SS``, ``MM:SS`` or ``MM`` in seconds; None for
+    UNLIMITED, INVALID, NOT_SET and anything else."""
+    match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text.strip())
+    if not match:
+        return None
+    days, first, second, third = match.groups()
+    if third is not None:  # H:M:S
+        hms = (int(first), int(second), int(third))
+    elif second is not None:  # D-H:M or M:S
+        hms = (int(first), int(second), 0) if days else (0, int(first), int(second))
+    else:  # D-H or M
+        hms = (int(first), 0, 0) if days else (0, int(first), 0)
+    return int(days or 0) * 86400 + hms[0] * 3600 + hms[1] * 60 + hms[2]
+
+
+@dataclass(frozen=True)
+class Step:
+    step_id: str  # "<job id>.<step id>"
+    name: str
+    nodelist: str
+
+
+def steps() -> dict[str, Step]:
+    """The user's running job steps, by step name (``squeue --steps``)."""
+    return parse_steps(_run(["squeue", "--me", "--steps", "-h", "-o", "%i|%j|%N"]).stdout)
+
+
+def parse_steps(text: str) -> dict[str, Step]:
+    out = {}
+    for line in text.splitlines():
+        parts = line.split("|", 2)
+        if len(parts) == 3 and "." in parts[0]:
+            out[parts[1]] = Step(parts[0].strip(), parts[1], parts[2].strip())
+    return out
+
+
+def hostnames(nodelist: str) -> list[str]:
+    """``node[1-3]`` -> node1 node2 node3 (``scontrol show hostnames``)."""
+    if not nodelist or nodelist.startswith("("):
+        return []
+    return _run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
 
 
 def sacct(jid: str) -> tuple[str, int] | None:

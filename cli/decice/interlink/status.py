@@ -44,6 +44,8 @@ VERDICTS = {
     "CANCELLED": "was cancelled outside the plugin (scancel by its user or an admin)",
 }
 
+LEASE_END = "reached the end of its walltime (the pilot's time) and cut the pod off"
+
 
 @dataclass(frozen=True)
 class Exit:
@@ -118,6 +120,13 @@ class JobView:
     accounting: tuple[str, int] | None = None
     deleted: bool = False
     recorded: str = ""  # the end state the plugin saw first (squeue forgets ended jobs)
+    what: str = ""  # how messages name it (default "SLURM job <jid>")
+    pending: str = ""  # why a pending pod waits, when SLURM's queue is not the reason
+    lease: bool = False  # a pilot job: its time limit is the lease's, not the pod's
+
+    @property
+    def name(self) -> str:
+        return self.what or f"SLURM job {self.jid}"
 
     @property
     def end_state(self) -> str:
@@ -134,7 +143,8 @@ def _verdict(view: JobView) -> tuple[str, str] | None:
     state = view.end_state
     if state not in VERDICTS or (state == "CANCELLED" and view.deleted):
         return None
-    return END_STATES[state][0], f"SLURM job {view.jid} {VERDICTS[state]}"
+    text = LEASE_END if view.lease and state == "TIMEOUT" else VERDICTS[state]
+    return END_STATES[state][0], f"{view.name} {text}"
 
 
 def container_status(
@@ -152,14 +162,14 @@ def container_status(
             return running(name, image, started)  # signalled; SLURM's verdict comes next
         return terminated(name, image, done.code, done.reason, started, done.finished_at)
     if job is not None and job.state in PENDING:
-        message = f"SLURM job {view.jid} is {job.state}"
-        if job.reason and job.reason != "None":
+        message = view.pending or f"{view.name} is {job.state}"
+        if not view.pending and job.reason and job.reason != "None":
             message += f" ({job.reason})"
         return waiting(name, image, "Pending", message)
     if job is not None and job.active:
         if started:
             return running(name, image, started)
-        return waiting(name, image, "ContainerCreating", f"SLURM job {view.jid} is {job.state}")
+        return waiting(name, image, "ContainerCreating", f"{view.name} is {job.state}")
     # the job has ended (or squeue forgot it) and this container left no exit code
     state = view.end_state
     if view.deleted and not state:
@@ -169,7 +179,7 @@ def container_status(
     if verdict is not None:
         message = verdict[1]
     else:
-        message = f"SLURM job {view.jid} ended ({state or 'no longer known to squeue'})"
+        message = f"{view.name} ended ({state or 'no longer known to squeue'})"
     if not started:
         message += "; the container never started"
     return terminated(name, image, code, reason, started, now, message)

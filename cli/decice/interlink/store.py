@@ -20,6 +20,9 @@ from decice.interlink.api import PodRef
 SUBMITTING = "submitting"
 SUBMITTED = "submitted"
 DELETED = "deleted"  # scancel'd on /delete, kept until the job is gone from squeue
+# pilot mode (decice.interlink.pilot): waiting for room in a pilot; placed, srun starting
+QUEUED = "queued"
+LAUNCHING = "launching"
 
 
 @dataclass
@@ -35,6 +38,18 @@ class Entry:
     images: dict[str, str] = field(default_factory=dict)
     submitted_at: str = ""
     ended: str = ""  # SLURM's end state, recorded the first time the plugin sees it
+    # pilot mode: the pod's size, where it runs (pilot job id, node) and when things happened
+    mode: str = "job"  # "job": its own batch job; "pilot": a step of a pilot job
+    pilot: str = ""
+    node: str = ""
+    cpus: int = 0
+    memory_mb: int = 0
+    gpus: int = 0
+    step_time: str = ""  # srun --time (the pod's slurm-job.vk.io/time)
+    step: str = ""  # its step's id (<pilot>.<n>) once squeue showed it
+    queued_at: float = 0.0
+    launched_at: float = 0.0
+    deleted_at: float = 0.0
 
     @property
     def ref(self) -> PodRef:

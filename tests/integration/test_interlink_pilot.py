@@ -1,0 +1,170 @@
+"""Pilot mode on the lab's real SLURM: pods run as job steps of one leased allocation.
+
+The plugin on node1 (user ``decice``) leases pilots of two whole nodes (``--pilot-nodes
+2 --max-pilots 1``, released after 3 idle seconds); a second plugin leases a one-node
+pilot with a one-minute walltime for the pod the fixture starts first, which SLURM cuts
+off while the other tests run. The lab's nodes have 2 CPUs each, so a pilot holds 4.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from decice import lab
+from tests.integration.pluginsupport import (
+    Plugin,
+    create,
+    log,
+    pod,
+    running_plugin,
+    state,
+    terminated,
+)
+from tests.support import wait_for
+
+pytestmark = [pytest.mark.slurm, pytest.mark.addons]
+
+PILOT = "--runtime bare --mode pilot --pilot-nodes 2 --pilot-time 30:00 --max-pilots 1"
+WALLTIME = "--runtime bare --mode pilot --pilot-nodes 1 --pilot-time 1 --withdraw 0"
+
+
+@dataclass
+class Site:
+    plugin: Plugin
+    walltime: Plugin
+    walltime_pod: dict
+
+
+@pytest.fixture(scope="module")
+def site(slurm_cluster: lab.LabInfo) -> Iterator[Site]:
+    with (
+        running_plugin(slurm_cluster, "ilw", 4002, WALLTIME) as walltime,
+        running_plugin(slurm_cluster, "ilp", 4001, f"{PILOT} --idle-release 3") as plugin,
+    ):
+        # first: its pilot reaches its one-minute walltime while the other tests run
+        cut = pod("cut", "echo started; sleep 600")
+        create(walltime, cut)
+        yield Site(plugin, walltime, cut)
+
+
+def pilots(p: Plugin) -> dict[str, str]:
+    """This plugin's pilot jobs squeue knows: job id -> state."""
+    out = p.sh("squeue --me -h -t all -o '%i|%T|%j|%Z'")
+    found = {}
+    for line in out.splitlines():
+        jid, job_state, name, workdir = line.split("|", 3)
+        if name == "decice-pilot" and workdir == f"{p.data}/pilots":
+            found[jid] = job_state
+    return found
+
+
+def steps(p: Plugin) -> set[str]:
+    """The names of the running steps of user decice (pods: decice-<uid>)."""
+    out = p.sh("squeue --me --steps -h -o '%j'")
+    return {name for name in out.split() if name.startswith("decice-")}
+
+
+def jid_of(p: Plugin, spec: dict) -> str:
+    code, body = p.call("GET", "/status", [spec])
+    assert code == 200 and body, body
+    return str(body[0]["JID"])
+
+
+def test_forty_pods_run_in_one_pilot_without_a_job_each(site: Site) -> None:
+    p = site.plugin
+    before = set(p.sh("squeue --me -h -t all -o %i").split())
+    pods = [pod(f"many{i}", f"echo pod {i}; sleep 1; exit {i % 3}") for i in range(40)]
+    for spec in pods:
+        create(p, spec)
+    ended = [terminated(p, spec, timeout=120) for spec in pods]
+    assert [e["exitCode"] for e in ended] == [i % 3 for i in range(40)]
+    assert [e["reason"] for e in ended] == [
+        ["Completed", "Error", "Error"][i % 3] for i in range(40)
+    ]
+    assert [log(p, spec) for spec in pods] == [f"pod {i}\n" for i in range(40)]
+    used = {jid_of(p, spec) for spec in pods}
+    new_jobs = set(p.sh("squeue --me -h -t all -o %i").split()) - before
+    assert len(used) == 1 and used <= set(pilots(p)), (used, pilots(p))
+    # one SLURM job for forty pods: the pilot (or none, when an earlier test's still ran)
+    assert new_jobs <= used, (new_jobs, used)
+    assert not any(
+        name.startswith("decice-") and name != "decice-pilot" for name in (p.active_jobs().values())
+    )
+
+
+def test_a_pod_bigger_than_the_free_room_waits_for_room(site: Site) -> None:
+    p = site.plugin
+    small = [pod(f"small{i}", "sleep 5") for i in range(3)]
+    for spec in small:
+        create(p, spec)
+    wait_for("3 small pods running", lambda: all("running" in state(p, s) for s in small), 60)
+    big = pod("big", "echo big", {"limits": {"cpu": "2", "memory": "32Mi"}})
+    assert create(p, big) == ""  # queued: no node of the pilot has 2 free cpus
+    waiting = state(p, big)["waiting"]
+    assert waiting == {"reason": "Pending", "message": "waiting for room in a pilot (pilot mode)"}
+    assert len([s for s in pilots(p).values() if s in ("PENDING", "RUNNING")]) == 1
+    # the node offers the lease (2 nodes x 2 cpus), no more: --max-pilots 1 is reached
+    assert p.call("GET", "/ping")[1]["resources"]["cpu"] == "4"
+    done = terminated(p, big, timeout=60)
+    assert (done["exitCode"], log(p, big)) == (0, "big\n")
+    ends = [terminated(p, s) for s in small]
+    assert [e["exitCode"] for e in ends] == [0, 0, 0]
+    assert done["startedAt"] >= min(e["finishedAt"] for e in ends)  # once room freed
+
+
+def test_a_killed_plugin_keeps_tracking_and_deleting_its_steps(site: Site) -> None:
+    p = site.plugin
+    long = [pod(f"long{i}", "sleep 300") for i in range(2)]
+    short = pod("short", "sleep 6; exit 5")
+    for spec in [*long, short]:
+        create(p, spec)
+    every = [*long, short]
+    wait_for("3 pods running", lambda: all("running" in state(p, s) for s in every), 60)
+    p.sh(f"kill -9 $(cat {p.base}/plugin.pid)")
+    p.start()
+    assert all("running" in state(p, s) for s in every)
+    names = {f"decice-{s['metadata']['uid']}" for s in every}
+    assert names <= steps(p)
+    code, text = p.call("POST", "/delete", long[0])
+    assert code == 200 and "sent SIGTERM" in text, text
+    gone = f"decice-{long[0]['metadata']['uid']}"
+    wait_for("the deleted pod's step to end", lambda: gone not in steps(p), timeout=20)
+    assert terminated(p, short, timeout=30)["exitCode"] == 5
+    assert "running" in state(p, long[1])
+    p.call("POST", "/delete", long[1])
+    wait_for("no step left", lambda: not names & steps(p), timeout=20)
+
+
+def test_an_idle_pilot_is_released(site: Site) -> None:
+    p = site.plugin
+    spec = pod("brief", "true")
+    create(p, spec)
+    assert terminated(p, spec, timeout=60)["exitCode"] == 0
+    pilot = jid_of(p, spec)
+    wait_for("the idle pilot to be released", lambda: pilots(p).get(pilot) == "CANCELLED", 30)
+    # no lease now: the node offers what one more pilot would hold
+    assert p.call("GET", "/ping")[1]["resources"]["cpu"] == "4"
+
+
+def test_cancel_all_leaves_no_job_and_no_step(site: Site) -> None:
+    p = site.plugin
+    specs = [pod(f"left{i}", "sleep 300") for i in range(5)]  # 4 run, 1 waits for room
+    for spec in specs:
+        create(p, spec)
+    wait_for("4 steps", lambda: len(steps(p)) >= 4, timeout=60)
+    out = p.cancel_all()
+    assert out.startswith("cancelled SLURM job"), out
+    active = [jid for jid, s in pilots(p).items() if s in ("PENDING", "RUNNING", "COMPLETING")]
+    assert active == [] and not {f"decice-{s['metadata']['uid']}" for s in specs} & steps(p)
+
+
+def test_a_pilot_at_its_walltime_fails_its_pods_with_that_reason(site: Site) -> None:
+    """Last: the fixture's pod, whose one-node pilot has a one-minute walltime (SLURM
+    checks limits every 30 s, then KillWait)."""
+    ended = terminated(site.walltime, site.walltime_pod, timeout=180)
+    assert (ended["exitCode"], ended["reason"]) == (143, "DeadlineExceeded"), ended
+    assert "reached the end of its walltime" in ended["message"], ended
+    assert log(site.walltime, site.walltime_pod).startswith("started\n")
