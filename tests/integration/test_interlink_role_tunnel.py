@@ -8,9 +8,10 @@ the tunnel key authorized the way the chart's values authorize it. What the char
 gives the role - the tunnel key and the bastion's known_hosts line on the controller -
 is made by this test as ``cluster_install.yml``/``cluster_bastion.yml`` make it (those
 run against a real apiserver in test_interlink_cluster.py). Asserted: the plugin serves
-its unix socket only, with the tunnel flags and no token; node2's loopback port reaches
-it; key and known_hosts are 0600 on the login host; a second run changes nothing;
-uninstall leaves no plugin, no tunnel ssh and no file.
+its unix socket only, with the tunnel flags and no token, in pilot mode with the
+endpoint's pilot settings as flags; node2's loopback port reaches it; key and
+known_hosts are 0600 on the login host; a second run changes nothing; uninstall leaves
+no plugin, no tunnel ssh and no file.
 """
 
 from __future__ import annotations
@@ -115,6 +116,17 @@ def setup(
                                     "runtime": "bare",
                                     "bastion_host": "node2",
                                     "bastion_port": 22,
+                                    # pilot mode's flags reach the plugin (no pod: no pilot)
+                                    "mode": "pilot",
+                                    "pilot": {
+                                        "nodes": 2,
+                                        "time": "10:00",
+                                        "partition": "lab",
+                                        "account": None,
+                                        "max_pilots": 3,
+                                        "idle_release": 30,
+                                        "withdraw": 5,
+                                    },
                                 }
                             ]
                         }
@@ -160,6 +172,13 @@ def test_up_runs_the_plugin_behind_its_tunnel(setup: dict[str, Any]) -> None:
     assert argv[argv.index("--listen") + 1] == f"unix:{home}/plugin.sock"
     assert argv[argv.index("--tunnel") + 1] == "decice@node2:22"
     assert "--token-file" not in argv
+    pilot = argv[argv.index("--mode") :]
+    assert pilot == [
+        "--mode", "pilot", "--pilot-nodes", "2", "--pilot-time", "10:00", "--max-pilots", "3",
+        "--idle-release", "30", "--withdraw", "5", "--pilot-partition", "lab",
+    ]  # fmt: skip
+    # no pilot yet, three allowed: the node offers one pilot of the lab's largest nodes
+    assert answer["resources"]["cpu"] == "4", answer
     modes = ssh(info, "decice@node1", f"stat -c '%a %n' {home}/tunnel_key {home}/known_hosts")
     assert modes.splitlines() == [f"600 {home}/tunnel_key", f"600 {home}/known_hosts"]
     assert ssh(info, "decice@node1", f"test -e {home}/token && echo yes || echo no") == "no"
