@@ -202,3 +202,108 @@ def test_bad_pilot_flags_exit_2_before_anything_is_made(
     assert main(["serve", "--data-dir", str(data), *flags]) == 2
     assert says in capsys.readouterr().err
     assert not data.exists()
+
+
+class FakeSlurm:
+    """What Pilots.dispatch asks of SLURM, recorded; srun is not started."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.submitted: list[str] = []
+        self.cancelled: list[tuple[str, str]] = []
+        self.launched: list[tuple[str, str, str]] = []  # pod uid, pilot, node
+        monkeypatch.setattr(slurm, "sbatch", self._sbatch)
+        monkeypatch.setattr(slurm, "scancel", self._scancel)
+        monkeypatch.setattr(slurm, "queue", lambda: {})
+        monkeypatch.setattr(slurm, "steps", lambda: {})
+        monkeypatch.setattr(Pilots, "_launch", lambda pilots, *args: self._launch(pilots, *args))
+
+    def _sbatch(self, script: Path) -> str:
+        self.submitted.append(script.read_text())
+        return str(100 + len(self.submitted))
+
+    def _scancel(self, ids: list[str], signal: str = "") -> None:
+        self.cancelled += [(i, signal) for i in ids]
+
+    def _launch(self, pilots: Pilots, entry: Entry, pilot: str, node: str) -> None:
+        self.launched.append((entry.uid, pilot, node))
+        entry.state, entry.pilot, entry.node = "submitted", pilot, node
+        entry.launched_at = time.time()  # its srun starting: it holds its room
+        pilots.store.put(entry)
+
+
+def _queued(store: Store, uid: str, cpus: int, at: float) -> Entry:
+    entry = _entry(uid=uid, pilot="", node="", state="queued", cpus=cpus, queued_at=at)
+    entry.job_dir = f"/d/jobs/hpc-{uid}"
+    store.put(entry)
+    return entry
+
+
+def _ready(tmp_path: Path, config: PilotConfig, leases: list[Lease]) -> Pilots:
+    p = _pilots(tmp_path, config, leases)
+    p.store.ensure()
+    p.refresh = lambda force=False: p.seen  # type: ignore[method-assign]
+    return p
+
+
+def test_queued_pods_fill_the_pilot_best_fit_and_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSlurm(monkeypatch)
+    lease = _lease("7", "RUNNING", ("n1", "n2"), 3600)
+    p = _ready(tmp_path, PilotConfig(nodes=2, max_pilots=1), [lease])
+    for i, cpus in enumerate([1, 2, 1, 1]):
+        _queued(p.store, f"u{i}", cpus, float(i))
+    p.dispatch()
+    # u0 (1 cpu) on n1; u1 (2) fits n2 only; u2 fills n1; u3 waits: the pilot is full
+    assert fake.launched == [("u0", "7", "n1"), ("u1", "7", "n2"), ("u2", "7", "n1")]
+    assert fake.submitted == []  # --max-pilots 1 is reached: u3 waits for room
+    assert p.store.get("hpc-u3").state == "queued"  # type: ignore[union-attr]
+
+
+def test_a_waiting_pod_leases_one_more_pilot_up_to_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSlurm(monkeypatch)
+    full = _lease("7", "RUNNING", ("n1",), 3600)
+    p = _ready(tmp_path, PilotConfig(nodes=1, max_pilots=2), [full])
+    _queued(p.store, "busy", 2, 0.0)
+    p.dispatch()  # takes n1 whole
+    _queued(p.store, "late", 1, 1.0)
+    p.dispatch()
+    assert len(fake.submitted) == 1 and "#SBATCH --nodes=1" in fake.submitted[0]
+    # one pending pilot at a time: the queue waits for it
+    p.seen.leases["101"] = _lease("101", "PENDING", (), None)
+    p.dispatch()
+    assert len(fake.submitted) == 1
+    # at the limit (two leases), nothing more is submitted
+    p.seen.leases["101"] = _lease("101", "RUNNING", ("n2",), 3600)
+    _queued(p.store, "more", 2, 2.0)
+    p.dispatch()
+    assert ("late", "101", "n2") in fake.launched and len(fake.submitted) == 1
+
+
+def test_pilots_without_pods_are_released(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeSlurm(monkeypatch)
+    idle = _lease("7", "RUNNING", ("n1",), 3600)
+    pending = _lease("8", "PENDING", (), None)
+    p = _ready(tmp_path, PilotConfig(max_pilots=2, idle_release=0.0), [idle, pending])
+    p.dispatch()  # the first round starts the idle clock; nothing waits for the pending one
+    assert ("8", "") in fake.cancelled
+    p.dispatch()
+    assert ("7", "") in fake.cancelled
+    kept = _lease("9", "RUNNING", ("n1",), 3600)
+    q = _ready(tmp_path / "b", PilotConfig(idle_release=300.0), [kept])
+    q.dispatch()
+    q.dispatch()
+    assert not [c for c in fake.cancelled if c[0] == "9"]
+
+
+def test_a_pilot_near_its_walltime_takes_no_new_pod(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSlurm(monkeypatch)
+    ending = _lease("7", "RUNNING", ("n1",), 30)
+    p = _ready(tmp_path, PilotConfig(max_pilots=1, withdraw=60), [ending])
+    _queued(p.store, "u0", 1, 0.0)
+    p.dispatch()
+    assert fake.launched == [] and fake.submitted == []  # at the limit: it waits
