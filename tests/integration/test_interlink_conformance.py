@@ -7,7 +7,8 @@ reaches that loopback port through an ssh forward from a unix socket here, so th
 plugin sees a plain TCP client on 127.0.0.1 without an Authorization header. Pods are
 what HPC users write for the reference plugin: no resources, env interLink did not
 resolve, subPath, the reference's annotations, MPI across two nodes, followed logs,
-a walltime, a cancel from outside.
+a walltime, a cancel from outside; and a pilot's walltime (pilot mode, a plugin of its
+own), whose one-minute wait runs beside the job's.
 
 Not possible here: apptainer (not in Debian's archive; the lab runs containers bare,
 so a subPath's bind, apptainer options and the image root are checked by the unit
@@ -31,11 +32,13 @@ import pytest
 from decice import lab
 from tests.integration.interlink_conformance import InterLink, v1_pod
 from tests.integration.labsupport import ssh, stage_plugin
+from tests.integration.pluginsupport import Plugin, create, log, pod, running_plugin, terminated
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.addons]
 
 BASE = "/shared/ilc"
+PILOT_WALLTIME = "--runtime bare --mode pilot --pilot-nodes 1 --pilot-time 1 --withdraw 0"
 PORT = 4100
 LAB_UID = 1500
 
@@ -45,6 +48,8 @@ class Site:
     info: lab.LabInfo
     client: InterLink
     walltime_pod: dict[str, Any]
+    pilot: Plugin  # pilot mode, its pilot's walltime one minute
+    pilot_pod: dict[str, Any]
 
     def sh(self, command: str, check: bool = True) -> str:
         return ssh(self.info, "decice@node1", command, check=check)
@@ -120,7 +125,12 @@ def site(slurm_cluster: lab.LabInfo) -> Iterator[Site]:
         )
         code, body = client.create(walltime)
         assert code == 200, body
-        yield Site(slurm_cluster, client, walltime)
+        # and a pod in pilot mode whose one-node pilot has a one-minute walltime: both
+        # limits run out while the other tests run
+        with running_plugin(slurm_cluster, "ilw", 4002, PILOT_WALLTIME) as pilot:
+            cut = pod("cut", "echo started; sleep 600")
+            create(pilot, cut)
+            yield Site(slurm_cluster, client, walltime, pilot, cut)
     finally:
         forward.terminate()
         forward.wait(10)
@@ -283,3 +293,12 @@ def test_a_walltime_kill_is_deadline_exceeded(site: Site) -> None:
     assert "reached its time limit" in ended["message"] and ended["exitCode"] == 143
     # what the container wrote before SLURM stopped it (its shell may add "Terminated")
     assert site.log(site.walltime_pod).startswith("started\n")
+
+
+def test_a_pilot_at_its_walltime_fails_its_pods_with_that_reason(site: Site) -> None:
+    """Pilot mode (#31): the pod the fixture started in a pilot with a one-minute walltime
+    ends DeadlineExceeded, the message naming the pilot's walltime."""
+    ended = terminated(site.pilot, site.pilot_pod, timeout=180)
+    assert (ended["exitCode"], ended["reason"]) == (143, "DeadlineExceeded"), ended
+    assert "reached the end of its walltime" in ended["message"], ended
+    assert log(site.pilot, site.pilot_pod).startswith("started\n")

@@ -1,9 +1,9 @@
 """Pilot mode on the lab's real SLURM: pods run as job steps of one leased allocation.
 
 The plugin on node1 (user ``decice``) leases pilots of two whole nodes (``--pilot-nodes
-2 --max-pilots 1``, released after 3 idle seconds); a second plugin leases a one-node
-pilot with a one-minute walltime for the pod the fixture starts first, which SLURM cuts
-off while the other tests run. The lab's nodes have 2 CPUs each, so a pilot holds 4.
+2 --max-pilots 1``, released after 3 idle seconds). The lab's nodes have 2 CPUs each, so
+a pilot holds 4. A pilot's walltime: test_interlink_conformance.py (its one-minute wait
+runs beside that module's job walltime).
 """
 
 from __future__ import annotations
@@ -28,26 +28,17 @@ from tests.support import wait_for
 pytestmark = [pytest.mark.slurm, pytest.mark.addons]
 
 PILOT = "--runtime bare --mode pilot --pilot-nodes 2 --pilot-time 30:00 --max-pilots 1"
-WALLTIME = "--runtime bare --mode pilot --pilot-nodes 1 --pilot-time 1 --withdraw 0"
 
 
 @dataclass
 class Site:
     plugin: Plugin
-    walltime: Plugin
-    walltime_pod: dict
 
 
 @pytest.fixture(scope="module")
 def site(slurm_cluster: lab.LabInfo) -> Iterator[Site]:
-    with (
-        running_plugin(slurm_cluster, "ilw", 4002, WALLTIME) as walltime,
-        running_plugin(slurm_cluster, "ilp", 4001, f"{PILOT} --idle-release 3") as plugin,
-    ):
-        # first: its pilot reaches its one-minute walltime while the other tests run
-        cut = pod("cut", "echo started; sleep 600")
-        create(walltime, cut)
-        yield Site(plugin, walltime, cut)
+    with running_plugin(slurm_cluster, "ilp", 4001, f"{PILOT} --idle-release 3") as plugin:
+        yield Site(plugin)
 
 
 def pilots(p: Plugin) -> dict[str, str]:
@@ -159,12 +150,3 @@ def test_cancel_all_leaves_no_job_and_no_step(site: Site) -> None:
     assert out.startswith("cancelled SLURM job"), out
     active = [jid for jid, s in pilots(p).items() if s in ("PENDING", "RUNNING", "COMPLETING")]
     assert active == [] and not {f"decice-{s['metadata']['uid']}" for s in specs} & steps(p)
-
-
-def test_a_pilot_at_its_walltime_fails_its_pods_with_that_reason(site: Site) -> None:
-    """Last: the fixture's pod, whose one-node pilot has a one-minute walltime (SLURM
-    checks limits every 30 s, then KillWait)."""
-    ended = terminated(site.walltime, site.walltime_pod, timeout=180)
-    assert (ended["exitCode"], ended["reason"]) == (143, "DeadlineExceeded"), ended
-    assert "reached the end of its walltime" in ended["message"], ended
-    assert log(site.walltime, site.walltime_pod).startswith("started\n")
