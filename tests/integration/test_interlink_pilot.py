@@ -8,6 +8,7 @@ runs beside that module's job walltime).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -150,3 +151,5 @@ def test_cancel_all_leaves_no_job_and_no_step(site: Site) -> None:
     assert out.startswith("cancelled SLURM job"), out
     active = [jid for jid, s in pilots(p).items() if s in ("PENDING", "RUNNING", "COMPLETING")]
     assert active == [] and not {f"decice-{s['metadata']['uid']}" for s in specs} & steps(p)
+    time.sleep(2.5)  # two rounds of the running plugin: the pod that waited leases nothing
+    assert not [s for s in pilots(p).values() if s in ("PENDING", "RUNNING", "CONFIGURING")]

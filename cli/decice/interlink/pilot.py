@@ -194,6 +194,7 @@ class Pilots:
         self._exited: set[str] = set()  # pod keys whose srun (of this process) has ended
         self._idle_since: dict[str, float] = {}
         self._signalled: set[str] = set()  # deleted pods sent SIGTERM
+        self._refreshing = threading.Lock()  # one squeue at a time; the others share it
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -201,9 +202,15 @@ class Pilots:
     # ------------------------------------------------------------ looking at SLURM
     def refresh(self, force: bool = False) -> Round:
         """Read the pilots and steps again unless read within REFRESH seconds."""
-        now = time.monotonic()
-        if not force and now - self.seen.at < REFRESH:
+        if not force and time.monotonic() - self.seen.at < REFRESH:
             return self.seen
+        with self._refreshing:
+            if not force and time.monotonic() - self.seen.at < REFRESH:
+                return self.seen  # read by another thread meanwhile
+            return self._read()
+
+    def _read(self) -> Round:
+        now = time.monotonic()
         jobs = slurm.queue()
         steps = slurm.steps()
         wall = time.time()

@@ -67,16 +67,17 @@ class Plugin:
         self.pilots = Pilots(config.pilot or PilotConfig(), config.data_dir, self.store, self._lock)
 
     def start(self) -> None:
-        """The pilots' round each second: place queued pods, lease and release pilots,
-        end the grace of deleted pods (job mode: only while pilot entries remain)."""
-        self.pilots.start(self._pilot_round)
+        """Pilot mode: the pilots' round (place queued pods, lease and release pilots, end
+        the grace of deleted pods). In job mode only when an earlier run in pilot mode left
+        pods: without it their status, logs and delete still work, a deleted one's step
+        just gets no SIGKILL after its SIGTERM."""
+        if self.config.pilot is not None or any(e.mode == "pilot" for e in self.store.all()):
+            self.pilots.start(self._pilot_round)
 
     def stop(self) -> None:
         self.pilots.stop()
 
     def _pilot_round(self) -> None:
-        if self.config.pilot is None and not any(e.mode == "pilot" for e in self.store.all()):
-            return
         self.pilots.refresh()
         with self._lock:
             self.pilots.dispatch()
@@ -373,10 +374,11 @@ class Plugin:
         else:  # squeue forgot the pilot
             accounting = slurm.sacct(pilot) if self._sacct_works else None
             ended = accounting[0] if accounting and accounting[0] else "COMPLETED"
-        entry.ended = ended
-        with self._lock:
-            if self.store.get(entry.ref.key) is not None:
-                self.store.put(entry)
+        with self._lock:  # on the entry as it is now (a delete may have changed it)
+            current = self.store.get(entry.ref.key)
+            if current is not None and not current.ended:
+                current.ended = ended
+                self.store.put(current)
         return JobView(pilot, None, recorded=ended, what=what, lease=True)
 
     # ------------------------------------------------------------------ logs
@@ -460,6 +462,10 @@ class Plugin:
 
         Found by the store's job ids and, for a job whose id never reached the store,
         by its name (decice-<uid>) and its working dir under this data dir."""
+        for entry in self.store.all():  # first: a plugin still running leases no new pilot
+            if entry.mode == "pilot" and entry.state != DELETED:
+                entry.state, entry.deleted_at = DELETED, time.time()
+                self.store.put(entry)
         jobs = slurm.queue()
         mine = {e.jid for e in self.store.all() if e.jid}
         prefix = str(self.jobs) + "/"
