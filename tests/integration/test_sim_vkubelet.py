@@ -5,7 +5,8 @@ through the apiserver and the agent's kubelet endpoint.
 
 ``test_fake_plugin_*``: a small stand-in plugin in this process (the interLink 0.6.2 API
 with a bearer token; jobs are timers). ``test_real_plugin_on_the_slurm_lab``: the real
-``decice-interlink-slurm`` on a lab node, as the lab's user, against the lab's SLURM.
+``decice-interlink-slurm`` on a lab node, as the lab's user, against the lab's SLURM, in
+job mode and in pilot mode (the same agent, unchanged).
 """
 
 from __future__ import annotations
@@ -409,14 +410,17 @@ class RealPlugin:
         return (self.host_dir / "plugin.log").read_text(errors="replace")
 
     def squeue(self) -> str:
-        return self.ssh("squeue --noheader --format='%i %j %T'")
+        """The lab user's jobs and job steps (pilot mode's pods are steps)."""
+        jobs = self.ssh("squeue --noheader --format='%i %j %T'")
+        return jobs + "\n" + self.ssh("squeue --noheader --steps --format='%i %j'")
 
 
 @contextlib.contextmanager
-def real_plugin(info: lab.LabInfo, workdir: Path) -> Iterator[RealPlugin]:
+def real_plugin(info: lab.LabInfo, workdir: Path, flags: str = "") -> Iterator[RealPlugin]:
     """decice-interlink-slurm (this checkout's package, on PYTHONPATH) served as the lab's
-    user on LOGIN over TCP with a bearer token; its data dir on /shared. Stopped, its
-    jobs cancelled (cancel-all) and its files removed afterwards."""
+    user on LOGIN over TCP with a bearer token, with serve's further ``flags``; its data
+    dir on /shared. Stopped, its jobs cancelled (cancel-all) and its files removed
+    afterwards."""
     name = f"vkt-{os.getpid()}"
     host_dir = Path(info.shared_dir) / name
     node_dir = f"{info.shared_mount}/{name}"
@@ -454,7 +458,7 @@ def real_plugin(info: lab.LabInfo, workdir: Path) -> Iterator[RealPlugin]:
         plugin.ssh(
             f"cd {node_dir} || exit 1; {env} setsid nohup python3 -m decice.interlink serve "
             f"--data-dir {node_dir}/data --listen tcp:0.0.0.0:{port} --token-file ~/vkt.token "
-            f"--runtime bare --pidfile {node_dir}/plugin.pid > {node_dir}/plugin.log 2>&1 "
+            f"--runtime bare --pidfile {node_dir}/plugin.pid {flags} > {node_dir}/plugin.log 2>&1 "
             "< /dev/null &"
         )
         wait_for(f"the plugin on {LOGIN} (log: {plugin.log()[-2000:]!r})", answers, timeout=60)
@@ -495,17 +499,26 @@ def slurm_pod(
 @pytest.mark.slurm
 @pytest.mark.sim
 @pytest.mark.addons
+@pytest.mark.parametrize(
+    "flags",
+    [
+        pytest.param("", id="job-mode"),
+        # pilot mode (#31): the same agent, unchanged, the pods steps of one leased node
+        pytest.param("--mode pilot --pilot-nodes 1 --pilot-time 10:00", id="pilot-mode"),
+    ],
+)
 def test_real_plugin_on_the_slurm_lab(
     slurm_cluster: lab.LabInfo,
     sim_control_plane: ControlPlaneInfo,
     tmp_path: Path,
+    flags: str,
 ) -> None:
     core = client.CoreV1Api(
         config.new_client_from_config(config_file=str(sim_control_plane.kubeconfig))
     )
-    ns = f"vkslurm-{os.getpid()}"
+    ns = f"vkslurm-{'pilot' if flags else 'job'}-{os.getpid()}"
     create_namespace(core, ns)
-    with real_plugin(slurm_cluster, tmp_path) as plugin:
+    with real_plugin(slurm_cluster, tmp_path, flags) as plugin:
         endpoints = tmp_path / "interlink.json"
         endpoints.write_text(
             json.dumps(
