@@ -307,3 +307,29 @@ def test_a_pilot_near_its_walltime_takes_no_new_pod(
     _queued(p.store, "u0", 1, 0.0)
     p.dispatch()
     assert fake.launched == [] and fake.submitted == []  # at the limit: it waits
+
+
+def test_pilot_flags_reach_the_pilots_settings() -> None:
+    from decice.interlink.__main__ import _parser, _pilot_config
+    from decice.interlink.jobscript import Defaults
+
+    def config(*flags: str) -> PilotConfig | None:
+        args = _parser().parse_args(["serve", "--data-dir", "/d", *flags])
+        return _pilot_config(args, Defaults(partition="batch", account="proj"))
+
+    assert config() is None  # job mode
+    assert config("--mode", "pilot") == PilotConfig(partition="batch", account="proj")
+    given = config(
+        "--mode", "pilot", "--pilot-nodes", "4", "--pilot-time", "2-00:00:00",
+        "--pilot-partition", "big", "--pilot-account", "grant7", "--max-pilots", "3",
+        "--idle-release", "30", "--withdraw", "120",
+    )  # fmt: skip
+    assert given == PilotConfig(
+        nodes=4,
+        time="2-00:00:00",
+        partition="big",
+        account="grant7",
+        max_pilots=3,
+        idle_release=30.0,
+        withdraw=120.0,
+    )
