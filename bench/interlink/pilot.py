@@ -40,26 +40,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from latency import percentiles  # noqa: E402
 from tests.integration.pluginsupport import Plugin, pod, running_plugin  # noqa: E402
 
 from decice import lab  # noqa: E402
 
 CPUS_PER_NODE = 2  # the lab's nodes (cli/decice/lab/slurmconf.py)
-
-
-def percentiles(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    if not ordered:
-        return {}
-    pick = lambda q: ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]  # noqa: E731
-    return {
-        "n": len(ordered),
-        "p50": round(statistics.median(ordered), 3),
-        "p90": round(pick(0.90), 3),
-        "p99": round(pick(0.99), 3),
-        "max": round(ordered[-1], 3),
-    }
 
 
 class Arm:

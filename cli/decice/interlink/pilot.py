@@ -461,9 +461,9 @@ class Pilots:
                 ended += 1
         return ended
 
-    def forget(self, known: set[str]) -> None:
-        """Drop what is remembered of pods no longer in the store (``known``: those that are)."""
-        self._exited &= known
+    def forget(self) -> None:
+        """Drop what is remembered of the pods whose entries have left the store."""
+        self._exited = {key for key in self._exited if self.store.path(key).exists()}
 
     # ------------------------------------------------------------ the loop
     def start(self, tick: Callable[[], None]) -> None:

@@ -82,7 +82,7 @@ class Plugin:
         with self._lock:
             self.pilots.dispatch()
         self._forget_ended()
-        self.pilots.forget({e.ref.key for e in self.store.all()})
+        self.pilots.forget()
 
     def _jobs(self) -> dict[str, slurm.Job]:
         """squeue's answer, shared by the /status calls of one second (many pods poll)."""
@@ -131,8 +131,9 @@ class Plugin:
 
     def _check_fits(self, spec: PodSpec, label: str, partition: str = "") -> None:
         """Refuse a pod larger than the partition's largest usable node."""
-        partition = partition or spec.partition or self.config.defaults.partition
-        partition = partition or slurm.default_partition()
+        partition = (
+            partition or spec.partition or self.config.defaults.partition
+        ) or slurm.default_partition()  # resolved once: _biggest and the message use it
         biggest = self._biggest(partition, label)
         asked = spec.size
         for what, want, have in (
