@@ -150,7 +150,7 @@ def make_scheduler(config: pytest.Config, log: Any) -> Any:
             return self._groups.get(nodeid) or nodeid.split("::", 1)[0]
 
     # hand out groups in the collection's order (write_groups put the longest first), not
-    # by their number of tests: a few long lifecycle tests (test_addons, test_edge_addons)
+    # by their number of tests: a few long lifecycle tests (test_addons, test_demo)
     # would otherwise start after every many-case unit module
     config.option.loadscopereorder = False
     return LabGroupScheduling(config, log)
