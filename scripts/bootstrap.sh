@@ -43,4 +43,9 @@ if [ "$WITH_TEST" = 1 ]; then
 else
   "$VENV/bin/python" -m pip install -q -e .
 fi
+# An editable install leaves the checkout's own modules uncompiled; where
+# PYTHONDONTWRITEBYTECODE is set (CI machines set it) every decice process would compile
+# them again - the CLI per command, the sim post-renderer per helm call, the node agent,
+# the scheduler. Compile them once here (Python still recompiles a file edited later).
+"$VENV/bin/python" -m compileall -q -j 0 cli scheduler >/dev/null
 echo "bootstrap: ready ($("$VENV/bin/decice" --help >/dev/null && echo "decice installed in $VENV"))"

@@ -1,0 +1,58 @@
+"""scripts/bootstrap.sh compiles the checkout's own modules (the editable install does not,
+and with PYTHONDONTWRITEBYTECODE set every decice process would compile them again)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import IN_CI, REPO
+
+pytestmark = pytest.mark.unit
+
+PACKAGES = (REPO / "cli" / "decice", REPO / "scheduler" / "decice_scheduler")
+
+
+def _stale(root: Path, base: Path = REPO) -> list[str]:
+    """Modules under ``root`` without bytecode as current as their source (named from
+    ``base``)."""
+    out = []
+    for source in sorted(root.rglob("*.py")):
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        if not cached.is_file() or cached.stat().st_mtime < source.stat().st_mtime - 1:
+            out.append(str(source.relative_to(base)))
+    return out
+
+
+def test_the_bootstrap_step_compiles_every_module(tmp_path: Path) -> None:
+    """The command bootstrap.sh runs leaves bytecode for every module of a copy of the
+    packages, also with PYTHONDONTWRITEBYTECODE set."""
+    import shutil
+
+    text = (REPO / "scripts" / "bootstrap.sh").read_text()
+    assert "-m compileall -q -j 0 cli scheduler" in text
+    for package in PACKAGES:
+        shutil.copytree(
+            package,
+            tmp_path / package.parent.name / package.name,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+    assert _stale(tmp_path, tmp_path) != []
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", "-j", "0", "cli", "scheduler"],
+        cwd=tmp_path, env=env, check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert _stale(tmp_path, tmp_path) == []
+
+
+@pytest.mark.skipif(not IN_CI, reason="a checkout bootstrapped before this step may lack them")
+def test_the_checkout_was_compiled_by_bootstrap() -> None:
+    """In CI (`make test` ran bootstrap.sh first) every module has current bytecode."""
+    stale = [m for package in PACKAGES for m in _stale(package)]
+    assert stale == [], stale[:10]
