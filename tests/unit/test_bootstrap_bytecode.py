@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,8 +33,6 @@ def _stale(root: Path, base: Path = REPO) -> list[str]:
 def test_the_bootstrap_step_compiles_every_module(tmp_path: Path) -> None:
     """The command bootstrap.sh runs leaves bytecode for every module of a copy of the
     packages, also with PYTHONDONTWRITEBYTECODE set."""
-    import shutil
-
     text = (REPO / "scripts" / "bootstrap.sh").read_text()
     assert "-m compileall -q -j 0 cli scheduler" in text
     for package in PACKAGES:
