@@ -41,17 +41,6 @@ def test_not_ready_names_objects_without_the_true_condition() -> None:
     assert filters.not_ready([], "Available") == []
 
 
-def test_without_ready_address_keeps_services_lacking_a_ready_backend() -> None:
-    filters = _filters()
-    endpoints = [
-        {"metadata": {"name": "up"}, "subsets": [{"addresses": [{"ip": "10.0.0.1"}]}]},
-        {"metadata": {"name": "not-ready"}, "subsets": [{"notReadyAddresses": [{"ip": "x"}]}]},
-        {"metadata": {"name": "empty"}, "subsets": None},
-    ]
-    services = ["up", "not-ready", "empty", "missing"]
-    assert filters.without_ready_address(endpoints, services) == ["not-ready", "empty", "missing"]
-
-
 def test_object_refs_keep_only_what_names_each_object() -> None:
     filters = _filters()
     crd = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ansible_collections.decice.hybrid.plugins.module_utils import upstream
+from ansible_collections.decice.hybrid.plugins.module_utils import readiness, upstream
 
 
 def addon_webhooks(results: Iterable[Mapping[str, Any]], namespace: str) -> list[dict[str, str]]:
@@ -44,18 +44,6 @@ def not_ready(resources: Iterable[Mapping[str, Any]], condition: str) -> list[st
     return names
 
 
-def without_ready_address(
-    endpoints: Iterable[Mapping[str, Any]], services: Iterable[str]
-) -> list[str]:
-    """The ``services`` whose Endpoints object (from ``endpoints``) has no ready address."""
-    ready = {
-        str(ep["metadata"]["name"])
-        for ep in endpoints
-        if any(subset.get("addresses") for subset in ep.get("subsets") or [])
-    }
-    return [name for name in services if name not in ready]
-
-
 def object_refs(objects: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Each object reduced to what names it (apiVersion, kind, metadata.name and namespace):
     the ``definition`` list of one ``kubernetes.core.k8s`` call that deletes them all."""
@@ -70,32 +58,9 @@ def object_refs(objects: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def crd_summary(crds: Iterable[Mapping[str, Any]], groups: Iterable[str]) -> list[dict[str, Any]]:
-    """The CRDs of the API ``groups``, each reduced to what the engine uses: what names it
-    (``object_refs`` takes these), the apiVersion (storage version) and kind of its custom
-    resources, and whether it is Established. A CRD can be megabytes (Sedna's); these are
-    what task results and the run's events carry instead."""
-    wanted = set(groups)
-    summary: list[dict[str, Any]] = []
-    for crd in crds:
-        spec = crd.get("spec") or {}
-        if spec.get("group") not in wanted:
-            continue
-        versions = spec.get("versions") or []
-        storage = next((v for v in versions if v.get("storage")), versions[0] if versions else {})
-        conditions = (crd.get("status") or {}).get("conditions") or []
-        summary.append(
-            {
-                "apiVersion": crd.get("apiVersion", "apiextensions.k8s.io/v1"),
-                "kind": crd.get("kind", "CustomResourceDefinition"),
-                "metadata": {"name": str(crd["metadata"]["name"])},
-                "cr_api_version": f"{spec['group']}/{storage.get('name', '')}",
-                "cr_kind": str((spec.get("names") or {}).get("kind", "")),
-                "established": any(
-                    c.get("type") == "Established" and c.get("status") == "True" for c in conditions
-                ),
-            }
-        )
-    return summary
+    """The CRDs of the API ``groups``, each reduced to what the engine uses
+    (module_utils/readiness.py, which decice.hybrid.addon_wait returns too)."""
+    return readiness.crd_summary(crds, groups)
 
 
 class FilterModule:
@@ -108,5 +73,4 @@ class FilterModule:
             "not_ready": not_ready,
             "object_refs": object_refs,
             "upstream_url": upstream_url,
-            "without_ready_address": without_ready_address,
         }

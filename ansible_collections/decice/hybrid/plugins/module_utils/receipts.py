@@ -32,6 +32,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from ansible_collections.decice.hybrid.plugins.module_utils import readiness
+
 FORMAT = "decice.addon-receipt/v1"
 SUBDIR = Path("addons") / "receipts"
 WORKLOAD_KINDS = ("Deployment", "DaemonSet", "StatefulSet")
@@ -99,37 +101,23 @@ def tree_digest(roots: Iterable[Path], suffixes: Sequence[str] = ()) -> str:
     return sha.hexdigest()
 
 
-def _condition(obj: Mapping[str, Any], kind: str) -> bool:
-    conditions = (obj.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
-
-
 def ready(obj: Mapping[str, Any]) -> bool:
-    """Ready as the install waits for it: a Deployment Available, a DaemonSet ready and
-    up to date on every node it is scheduled to, a StatefulSet with all replicas ready,
-    a CRD Established."""
+    """Ready as the install waits for it (module_utils/readiness.py): a Deployment
+    Available, a DaemonSet ready and up to date on every node it is scheduled to, a
+    StatefulSet with all replicas ready, a CRD Established."""
     kind = obj.get("kind")
-    status = obj.get("status") or {}
-    spec = obj.get("spec") or {}
+    meta = obj.get("metadata") or {}
+    namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
     if kind == "Deployment":
-        return _condition(obj, "Available")
+        return readiness.deployment_pending(namespace, obj) is None
     if kind == "CustomResourceDefinition":
-        return _condition(obj, "Established")
+        return readiness.crd_pending(obj) is None
     if kind == "DaemonSet":
-        desired = int(status.get("desiredNumberScheduled") or 0)
-        generation = int(obj["metadata"].get("generation") or 0)
-        return (
-            int(status.get("observedGeneration") or 0) == generation
-            and int(status.get("numberReady") or 0) == desired
-            and int(status.get("updatedNumberScheduled") or 0) == desired
-        )
+        return readiness.daemonset_pending(namespace, name, obj) is None
     if kind == "StatefulSet":
+        status, spec = obj.get("status") or {}, obj.get("spec") or {}
         return int(status.get("readyReplicas") or 0) >= int(spec.get("replicas", 1) or 0)
     return True
-
-
-def _has_address(endpoints: Mapping[str, Any]) -> bool:
-    return any(subset.get("addresses") for subset in endpoints.get("subsets") or [])
 
 
 def _latest_revision(cluster: Cluster, release: str, namespace: str) -> tuple[int, str]:
@@ -184,7 +172,7 @@ def observe(
         endpoints.extend(
             {"namespace": namespace, "name": obj["metadata"]["name"]}
             for obj in cluster.list("v1", "Endpoints", namespace)
-            if _has_address(obj)
+            if readiness.has_ready_address(obj)
         )
     crds = []
     for crd in _crds(cluster, crd_groups):
@@ -262,7 +250,7 @@ def check(cluster: Cluster, receipt: Mapping[str, Any], inputs_sha256: str) -> s
             return f"{where} is no longer ready"
     for endpoint in receipt.get("endpoints") or []:
         live = live_of("Endpoints", endpoint["namespace"]).get(endpoint["name"])
-        if live is None or not _has_address(live):
+        if not readiness.has_ready_address(live):
             return f"Endpoints {endpoint['namespace']}/{endpoint['name']} has no ready address"
     return None
 

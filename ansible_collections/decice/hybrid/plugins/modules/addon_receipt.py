@@ -8,15 +8,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
 from ansible_collections.decice.hybrid.plugins.module_utils import receipts
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
 
-try:
-    from kubernetes.dynamic.exceptions import DynamicApiError, ResourceNotFoundError
-except ImportError:  # AnsibleK8SModule reports the missing kubernetes library
-    DynamicApiError = ResourceNotFoundError = Exception  # type: ignore[assignment,misc]
+DynamicApiError = kube.DynamicApiError
 
 DOCUMENTATION = r"""
 module: addon_receipt
@@ -109,30 +107,6 @@ written:
   elements: str
 """
 
-REQUEST_TIMEOUT = 30
-
-
-class _Cluster:
-    """receipts.Cluster over kubernetes.core's dynamic client."""
-
-    def __init__(self, dynamic: Any) -> None:
-        self._dynamic = dynamic
-
-    def list(
-        self, api_version: str, kind: str, namespace: str | None = None, label_selector: str = ""
-    ) -> list[receipts.Obj]:
-        try:
-            resource = self._dynamic.resources.get(api_version=api_version, kind=kind)
-        except ResourceNotFoundError:
-            return []
-        found = self._dynamic.get(
-            resource,
-            namespace=namespace,
-            label_selector=label_selector or None,
-            _request_timeout=REQUEST_TIMEOUT,
-        )
-        return list(found.to_dict().get("items") or [])
-
 
 def _argument_spec() -> dict[str, Any]:
     spec = copy.deepcopy(AUTH_ARG_SPEC)
@@ -224,7 +198,7 @@ class _Unreachable(Exception):
 
 def _client(module: Any) -> receipts.Memo:
     try:
-        return receipts.Memo(_Cluster(get_api_client(module=module).client))
+        return receipts.Memo(kube.Reader(get_api_client(module=module).client))
     except Exception as exc:  # kubeconfig missing or wrong, server unreachable at discovery
         raise _Unreachable(f"cannot make a Kubernetes client: {exc}") from None
 

@@ -1,0 +1,276 @@
+#!/usr/bin/python
+"""Ansible module decice.hybrid.addon_wait: wait, in one process, until an add-on is ready
+or what its removal deleted is gone."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
+from ansible_collections.decice.hybrid.plugins.module_utils import readiness
+from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
+
+DOCUMENTATION = r"""
+module: addon_wait
+short_description: Wait until an add-on is ready, or until what its removal deleted is gone
+version_added: 0.1.0
+author:
+  - decice maintainers
+description:
+  - One process per wait, with one Kubernetes client, where a task per object and kind
+    would start a Python and import the client each time.
+  - With O(state=ready), waits until each CRD of O(crd_groups) is Established, each
+    Deployment of O(namespace) is Available, each DaemonSet of O(daemonsets) is there and
+    has a ready, up-to-date pod on every node it is scheduled to, and each Service of
+    O(namespace) that a validating or mutating webhook calls has a ready endpoint
+    address (a webhook with failurePolicy Fail and no backend refuses every matching
+    request, cluster-wide). The CRDs and webhook configurations are listed once; the
+    rest is read again every O(interval) seconds, only what is not ready yet.
+  - With O(state=gone), waits until none of O(crds) is listed (without O(crds), until no
+    CRD carries a deletionTimestamp) and no namespace of O(namespace_selector) is still
+    Terminating.
+  - When O(timeout) seconds pass first, fails naming each object still waited for and why
+    (the condition's reason and message). An API error on the way is retried until then,
+    and named if it is the last word.
+  - Reads only; never reports a change.
+options:
+  state:
+    type: str
+    choices: [ready, gone]
+    default: ready
+  name:
+    description: The add-on, for messages.
+    type: str
+    required: true
+  namespace:
+    description: The add-on's namespace (O(state=ready)).
+    type: str
+  crd_groups:
+    description: The API groups of the add-on's CRDs (O(state=ready)).
+    type: list
+    elements: str
+    default: []
+  daemonsets:
+    description: DaemonSets of O(namespace) that must be ready (O(state=ready)).
+    type: list
+    elements: str
+    default: []
+  deployments:
+    description: Whether every Deployment of O(namespace) must be Available (O(state=ready)).
+    type: bool
+    default: true
+  webhooks:
+    description:
+      - Whether every webhook Service of O(namespace) needs a ready endpoint (O(state=ready)).
+    type: bool
+    default: true
+  crds:
+    description:
+      - The CRDs that must no longer be listed (O(state=gone)). Omitted, every CRD being
+        deleted (a deletionTimestamp) must be gone.
+    type: list
+    elements: str
+  namespace_selector:
+    description: A label selector of namespaces that must not be Terminating (O(state=gone)).
+    type: str
+    default: ""
+  timeout:
+    description: Seconds to wait at most.
+    type: int
+    default: 300
+  interval:
+    description: Seconds between two reads of what is not there yet.
+    type: float
+    default: 1.0
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+requirements:
+  - kubernetes
+"""
+
+EXAMPLES = r"""
+- name: Wait until Volcano is ready
+  decice.hybrid.addon_wait:
+    kubeconfig: /path/to/kubeconfig
+    name: volcano
+    namespace: volcano-system
+    crd_groups: [scheduling.volcano.sh, batch.volcano.sh]
+    timeout: 300
+
+- name: Wait until the CRDs being deleted and decice's namespaces are gone
+  decice.hybrid.addon_wait:
+    kubeconfig: /path/to/kubeconfig
+    name: add-ons
+    state: gone
+    namespace_selector: app.kubernetes.io/managed-by=decice
+"""
+
+RETURN = r"""
+crds:
+  description:
+    - The CRDs of O(crd_groups) as the wait ends, each reduced to its name, the apiVersion
+      and kind of its custom resources, and whether it is Established (O(state=ready)).
+  returned: always
+  type: list
+  elements: dict
+waited_for:
+  description: What was not ready (or not gone) at the first read; empty when nothing was.
+  returned: always
+  type: list
+  elements: str
+seconds:
+  description: How long the wait took.
+  returned: always
+  type: float
+"""
+
+CRD_API = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+
+Check = Callable[[], list[str]]
+
+
+def _ready_checks(reader: kube.Reader, params: dict[str, Any], out: dict[str, Any]) -> Check:
+    """One read of what is not ready yet; lists the CRDs and webhooks once."""
+    namespace = str(params["namespace"] or "")
+    crds = {str(c["metadata"]["name"]): c for c in reader.list(*CRD_API)
+            if (c.get("spec") or {}).get("group") in set(params["crd_groups"])}  # fmt: skip
+    services: list[str] = []
+    if params["webhooks"] and namespace:
+        configs = [c for kind in WEBHOOK_KINDS
+                   for c in reader.list("admissionregistration.k8s.io/v1", kind)]  # fmt: skip
+        services = readiness.webhook_services(configs, namespace)
+    crd_waits = {name for name, crd in crds.items() if readiness.crd_pending(crd)}
+
+    def check() -> list[str]:
+        pending: list[str] = []
+        for name in sorted(crd_waits):
+            crd = reader.get(*CRD_API, name)
+            if crd is not None:
+                crds[name] = crd
+            why = readiness.crd_pending(crd) if crd is not None else f"CRD {name} gone"
+            if why is None:
+                crd_waits.discard(name)
+            else:
+                pending.append(why)
+        if params["deployments"] and namespace:
+            for deployment in reader.list("apps/v1", "Deployment", namespace):
+                why = readiness.deployment_pending(namespace, deployment)
+                pending.extend([why] if why else [])
+        for name in params["daemonsets"]:
+            daemonset = reader.get("apps/v1", "DaemonSet", name, namespace)
+            why = readiness.daemonset_pending(namespace, name, daemonset)
+            pending.extend([why] if why else [])
+        if services:
+            endpoints = {str(e["metadata"]["name"]): e
+                         for e in reader.list("v1", "Endpoints", namespace)}  # fmt: skip
+            for service in services:
+                why = readiness.endpoint_pending(namespace, service, endpoints.get(service))
+                pending.extend([why] if why else [])
+        out["crds"] = readiness.crd_summary(crds.values(), params["crd_groups"])
+        return pending
+
+    return check
+
+
+def _gone_checks(reader: kube.Reader, params: dict[str, Any]) -> Check:
+    def check() -> list[str]:
+        pending = readiness.crds_left(reader.list(*CRD_API), params["crds"])
+        if params["namespace_selector"]:
+            namespaces = reader.list("v1", "Namespace", label_selector=params["namespace_selector"])
+            pending.extend(readiness.namespaces_left(namespaces))
+        return pending
+
+    return check
+
+
+def wait(
+    check: Check,
+    timeout: float,
+    interval: float,
+    clock: Callable[[], float] | None = None,
+    sleep: Callable[[float], None] | None = None,
+) -> tuple[list[str], list[str], str]:
+    """Run ``check`` until it finds nothing pending or ``timeout`` passes.
+
+    Returns (what was pending at the first read, what is pending at the end, the last API
+    error if the last read failed). An API error counts as "not known yet" until the
+    deadline."""
+    clock, sleep = clock or time.monotonic, sleep or time.sleep
+    deadline = clock() + timeout
+    first: list[str] | None = None
+    while True:
+        error = ""
+        try:
+            pending = check()
+        except kube.TRANSIENT as exc:
+            pending, error = ["(the last read failed)"], kube.describe(exc)
+        if first is None:
+            first = pending
+        if not pending or clock() + interval > deadline:
+            return first, pending, error
+        sleep(interval)
+
+
+def run(module: Any, reader: kube.Reader) -> dict[str, Any]:
+    params = module.params
+    out: dict[str, Any] = {"changed": False, "crds": [], "waited_for": [], "seconds": 0.0}
+    if params["state"] == "ready":
+        if not params["namespace"] and (params["deployments"] or params["daemonsets"]):
+            module.fail_json(msg=f"{params['name']}: namespace is required for state=ready")
+        start = time.monotonic()
+        check = _ready_checks(reader, params, out)
+    else:
+        start = time.monotonic()
+        check = _gone_checks(reader, params)
+    first, left, error = wait(check, params["timeout"], params["interval"])
+    out["waited_for"], out["seconds"] = first, round(time.monotonic() - start, 2)
+    if left:
+        what = "not ready" if params["state"] == "ready" else "not gone"
+        detail = "; ".join(left[:20]) + (f"; and {len(left) - 20} more" if len(left) > 20 else "")
+        if error:
+            detail += f"; reading the cluster: {error}"
+        msg = f"{params['name']}: {what} after {params['timeout']} s: {detail}"
+        module.fail_json(msg=msg, **out)
+    return out
+
+
+def _argument_spec() -> dict[str, Any]:
+    spec = copy.deepcopy(AUTH_ARG_SPEC)
+    spec.update(
+        state={"type": "str", "choices": ["ready", "gone"], "default": "ready"},
+        name={"type": "str", "required": True},
+        namespace={"type": "str"},
+        crd_groups={"type": "list", "elements": "str", "default": []},
+        daemonsets={"type": "list", "elements": "str", "default": []},
+        deployments={"type": "bool", "default": True},
+        webhooks={"type": "bool", "default": True},
+        crds={"type": "list", "elements": "str"},
+        namespace_selector={"type": "str", "default": ""},
+        timeout={"type": "int", "default": 300},
+        interval={"type": "float", "default": 1.0},
+    )
+    return spec
+
+
+def main() -> None:
+    module = AnsibleK8SModule(argument_spec=_argument_spec(), supports_check_mode=True)
+    name = module.params["name"]
+    try:
+        reader = kube.Reader(get_api_client(module=module).client)
+    except Exception as exc:  # kubeconfig missing or wrong, server unreachable at discovery
+        module.fail_json(msg=f"{name}: cannot make a Kubernetes client: {exc}")
+    try:
+        result = run(module, reader)
+    except kube.TRANSIENT as exc:
+        module.fail_json(msg=f"{name}: reading the cluster: {kube.describe(exc)}")
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
