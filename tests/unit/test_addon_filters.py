@@ -1,10 +1,11 @@
-"""The add-on engine's readiness filters: what is still to be waited for."""
+"""The add-on engine's filters, and the CRD summary its modules carry."""
 
 from __future__ import annotations
 
 from types import ModuleType
 
 import pytest
+from ansible_collections.decice.hybrid.plugins.module_utils import readiness
 
 from tests.support import REPO, load_file
 
@@ -69,6 +70,7 @@ def test_object_refs_keep_only_what_names_each_object() -> None:
 
 
 def test_crd_summary_keeps_the_groups_storage_version_and_established() -> None:
+    """module_utils/readiness.crd_summary: what addon_wait and addon_remove carry per CRD."""
     filters = _filters()
     big = {"openAPIV3Schema": {"properties": {"x": {"description": "y" * 100_000}}}}
 
@@ -107,7 +109,7 @@ def test_crd_summary_keeps_the_groups_storage_version_and_established() -> None:
             "gateways.networking.istio.io", "networking.istio.io", [{"name": "v1", "storage": True}]
         ),
     ]
-    summary = filters.crd_summary(crds, ["batch.volcano.sh", "scheduling.volcano.sh"])
+    summary = readiness.crd_summary(crds, ["batch.volcano.sh", "scheduling.volcano.sh"])
     assert summary == [
         {
             "apiVersion": "apiextensions.k8s.io/v1",

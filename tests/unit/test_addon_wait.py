@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
 from ansible_collections.decice.hybrid.plugins.module_utils import readiness, receipts
 from ansible_collections.decice.hybrid.plugins.modules import addon_wait
 from kubernetes.dynamic.exceptions import DynamicApiError
@@ -68,7 +69,7 @@ def webhook(name: str, service: str, namespace: str = NS) -> Obj:
 
 
 class FakeReader:
-    """kube.Reader over dicts; counts each read, and can fail the next reads."""
+    """kube.Client over dicts; counts each read, and can fail the next reads."""
 
     def __init__(self, objects: list[Obj]) -> None:
         self.objects = objects
@@ -142,9 +143,7 @@ def _ready(reader: FakeReader, clock: Clock, **params: Any) -> tuple[Obj, FakeMo
     module = FakeModule(name="volcano", namespace=NS, **params)
     out: Obj = {"crds": []}
     check = addon_wait._ready_checks(reader, module.params, out)  # type: ignore[arg-type]
-    first, left, error = addon_wait.wait(
-        check, module.params["timeout"], 1.0, clock.time, clock.sleep
-    )
+    first, left, error = kube.poll(check, module.params["timeout"], 1.0, clock.time, clock.sleep)
     return {**out, "first": first, "left": left, "error": error}, module
 
 
@@ -262,12 +261,12 @@ def test_api_errors_are_retried_until_the_deadline_and_named_if_last() -> None:
     reader.fail_next = 2
     clock = Clock()
     check = addon_wait._gone_checks(reader, {"crds": None, "namespace_selector": ""})  # type: ignore[arg-type]
-    first, left, error = addon_wait.wait(check, 30, 1.0, clock.time, clock.sleep)
+    first, left, error = kube.poll(check, 30, 1.0, clock.time, clock.sleep)
     assert (left, error, clock.sleeps) == ([], "", 2)
     assert first == ["(the last read failed)"]
 
     reader.fail_next = 100
-    first, left, error = addon_wait.wait(check, 5, 1.0, clock.time, clock.sleep)
+    first, left, error = kube.poll(check, 5, 1.0, clock.time, clock.sleep)
     assert left == ["(the last read failed)"] and error == "503 Service Unavailable"
 
 
@@ -298,7 +297,7 @@ def test_gone_waits_for_named_crds_or_every_deletion_and_terminating_namespaces(
         objects.remove(crd_deleted if n == 1 else namespace)
 
     clock = Clock(vanish)
-    first, left, _ = addon_wait.wait(every, 60, 1.0, clock.time, clock.sleep)
+    first, left, _ = kube.poll(every, 60, 1.0, clock.time, clock.sleep)
     assert (len(first), left, clock.sleeps) == (2, [], 2)
 
 

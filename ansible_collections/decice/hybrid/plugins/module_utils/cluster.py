@@ -1,5 +1,6 @@
-"""Reading a cluster through kubernetes.core's dynamic client: the read side the add-on
-engine's modules share (``decice.hybrid.addon_receipt``, ``decice.hybrid.addon_wait``).
+"""A cluster through kubernetes.core's dynamic client, as the add-on engine's modules use it
+(``decice.hybrid.addon_receipt``, ``addon_wait``, ``addon_remove``): lists, reads,
+deletes, finalizers stripped, and a poll that waits for what is still pending.
 
 A kind the server does not serve reads as nothing (its CRD may be gone, or not there yet);
 every other API error is raised as the dynamic client's ``DynamicApiError``.
@@ -7,6 +8,8 @@ every other API error is raised as the dynamic client's ``DynamicApiError``.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 try:
@@ -30,9 +33,12 @@ REQUEST_TIMEOUT = 30
 
 Obj = dict[str, Any]
 
+#: one look at what is still pending: each entry names an object and why
+Check = Callable[[], list[str]]
 
-class Reader:
-    """LIST and GET over a ``kubernetes.dynamic.DynamicClient``."""
+
+class Client:
+    """LIST, GET, DELETE and finalizer removal over a ``kubernetes.dynamic.DynamicClient``."""
 
     def __init__(self, dynamic: Any, request_timeout: float = REQUEST_TIMEOUT) -> None:
         self._dynamic = dynamic
@@ -79,3 +85,72 @@ class Reader:
                 return None
             raise
         return dict(found.to_dict())
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
+        """Send a delete (background propagation); False when the object is not there."""
+        resource = self._resource(api_version, kind)
+        if resource is None:
+            return False
+        try:
+            self._dynamic.delete(
+                resource,
+                name=name,
+                namespace=namespace,
+                body={"propagationPolicy": "Background"},
+                _request_timeout=self._timeout,
+            )
+        except DynamicApiError as exc:
+            if getattr(exc, "status", None) == 404:
+                return False
+            raise
+        return True
+
+    def strip_finalizers(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> bool:
+        """Merge-patch ``metadata.finalizers: []``; False when the object is not there."""
+        resource = self._resource(api_version, kind)
+        if resource is None:
+            return False
+        try:
+            self._dynamic.patch(
+                resource,
+                body={"metadata": {"finalizers": []}},
+                name=name,
+                namespace=namespace,
+                content_type="application/merge-patch+json",
+                _request_timeout=self._timeout,
+            )
+        except DynamicApiError as exc:
+            if getattr(exc, "status", None) == 404:
+                return False
+            raise
+        return True
+
+
+def poll(
+    check: Check,
+    timeout: float,
+    interval: float = 1.0,
+    clock: Callable[[], float] | None = None,
+    sleep: Callable[[float], None] | None = None,
+) -> tuple[list[str], list[str], str]:
+    """Run ``check`` until it finds nothing pending or ``timeout`` passes.
+
+    Returns (what was pending at the first look, what is pending at the end, the last
+    error if the last look failed). A read that fails the way a busy or restarting
+    server does (:data:`TRANSIENT`) counts as "not known yet" until the deadline."""
+    clock, sleep = clock or time.monotonic, sleep or time.sleep
+    deadline = clock() + timeout
+    first: list[str] | None = None
+    while True:
+        error = ""
+        try:
+            pending = check()
+        except TRANSIENT as exc:
+            pending, error = ["(the last read failed)"], describe(exc)
+        if first is None:
+            first = pending
+        if not pending or clock() + interval > deadline:
+            return first, pending, error
+        sleep(interval)

@@ -198,7 +198,7 @@ class _Unreachable(Exception):
 
 def _client(module: Any) -> receipts.Memo:
     try:
-        return receipts.Memo(kube.Reader(get_api_client(module=module).client))
+        return receipts.Memo(kube.Client(get_api_client(module=module).client))
     except Exception as exc:  # kubeconfig missing or wrong, server unreachable at discovery
         raise _Unreachable(f"cannot make a Kubernetes client: {exc}") from None
 

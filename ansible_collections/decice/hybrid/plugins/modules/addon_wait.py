@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable
 from typing import Any
 
 from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
@@ -132,10 +131,8 @@ seconds:
 CRD_API = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
 WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 
-Check = Callable[[], list[str]]
 
-
-def _ready_checks(reader: kube.Reader, params: dict[str, Any], out: dict[str, Any]) -> Check:
+def _ready_checks(reader: kube.Client, params: dict[str, Any], out: dict[str, Any]) -> kube.Check:
     """One read of what is not ready yet; lists the CRDs and webhooks once."""
     namespace = str(params["namespace"] or "")
     crds = {str(c["metadata"]["name"]): c for c in reader.list(*CRD_API)
@@ -178,7 +175,7 @@ def _ready_checks(reader: kube.Reader, params: dict[str, Any], out: dict[str, An
     return check
 
 
-def _gone_checks(reader: kube.Reader, params: dict[str, Any]) -> Check:
+def _gone_checks(reader: kube.Client, params: dict[str, Any]) -> kube.Check:
     def check() -> list[str]:
         pending = readiness.crds_left(reader.list(*CRD_API), params["crds"])
         if params["namespace_selector"]:
@@ -189,35 +186,7 @@ def _gone_checks(reader: kube.Reader, params: dict[str, Any]) -> Check:
     return check
 
 
-def wait(
-    check: Check,
-    timeout: float,
-    interval: float,
-    clock: Callable[[], float] | None = None,
-    sleep: Callable[[float], None] | None = None,
-) -> tuple[list[str], list[str], str]:
-    """Run ``check`` until it finds nothing pending or ``timeout`` passes.
-
-    Returns (what was pending at the first read, what is pending at the end, the last API
-    error if the last read failed). An API error counts as "not known yet" until the
-    deadline."""
-    clock, sleep = clock or time.monotonic, sleep or time.sleep
-    deadline = clock() + timeout
-    first: list[str] | None = None
-    while True:
-        error = ""
-        try:
-            pending = check()
-        except kube.TRANSIENT as exc:
-            pending, error = ["(the last read failed)"], kube.describe(exc)
-        if first is None:
-            first = pending
-        if not pending or clock() + interval > deadline:
-            return first, pending, error
-        sleep(interval)
-
-
-def run(module: Any, reader: kube.Reader) -> dict[str, Any]:
+def run(module: Any, reader: kube.Client) -> dict[str, Any]:
     params = module.params
     out: dict[str, Any] = {"changed": False, "crds": [], "waited_for": [], "seconds": 0.0}
     if params["state"] == "ready":
@@ -228,7 +197,7 @@ def run(module: Any, reader: kube.Reader) -> dict[str, Any]:
     else:
         start = time.monotonic()
         check = _gone_checks(reader, params)
-    first, left, error = wait(check, params["timeout"], params["interval"])
+    first, left, error = kube.poll(check, params["timeout"], params["interval"])
     out["waited_for"], out["seconds"] = first, round(time.monotonic() - start, 2)
     if left:
         what = "not ready" if params["state"] == "ready" else "not gone"
@@ -262,7 +231,7 @@ def main() -> None:
     module = AnsibleK8SModule(argument_spec=_argument_spec(), supports_check_mode=True)
     name = module.params["name"]
     try:
-        reader = kube.Reader(get_api_client(module=module).client)
+        reader = kube.Client(get_api_client(module=module).client)
     except Exception as exc:  # kubeconfig missing or wrong, server unreachable at discovery
         module.fail_json(msg=f"{name}: cannot make a Kubernetes client: {exc}")
     try:

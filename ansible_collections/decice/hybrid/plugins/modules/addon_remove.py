@@ -1,0 +1,234 @@
+#!/usr/bin/python
+"""Ansible module decice.hybrid.addon_remove: remove one add-on without a trace, in one
+process."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+from typing import Any
+
+from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
+from ansible_collections.decice.hybrid.plugins.module_utils import removal
+from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
+
+DOCUMENTATION = r"""
+module: addon_remove
+short_description: Remove one add-on - custom resources, release, webhooks, CRDs, namespace
+version_added: 0.1.0
+author:
+  - decice maintainers
+description:
+  - Removes an add-on in the order that leaves nothing stuck, in one process with one
+    Kubernetes client (module_utils/removal.py) - the custom resources of its CRDs while
+    its controllers still run (O(cr_grace) seconds to finish them), the helm release
+    (C(helm uninstall), no wait), the finalizers of custom resources still there, the
+    webhook configurations and APIServices that call a service of O(namespace), its CRDs
+    (waited for unless O(crds_wait=false)), O(extra_objects), and O(namespace) unless
+    O(keep_namespace) (waited for unless O(namespace_wait=false)).
+  - Every step looks first and deletes only what is there, so a half-installed or already
+    removed add-on is fine and a removal killed at any point completes when run again.
+  - Fails naming what is still there when a wait runs out (O(timeout)), or with helm's own
+    words when the release cannot be removed.
+  - In check mode deletes nothing and returns what it would delete.
+options:
+  name:
+    description: The add-on, for messages.
+    type: str
+    required: true
+  release:
+    description: The helm release.
+    type: str
+    required: true
+  namespace:
+    description: The release namespace.
+    type: str
+    required: true
+  helm:
+    description: The helm binary.
+    type: path
+    default: helm
+  crd_groups:
+    description: The API groups of the add-on's CRDs.
+    type: list
+    elements: str
+    default: []
+  extra_objects:
+    description:
+      - Objects the add-on's hooks or jobs create outside the release - each C(api_version),
+        C(kind), C(name), optional C(namespace).
+    type: list
+    elements: dict
+    default: []
+  disable_hooks:
+    description: Uninstall the release without running the chart's hooks.
+    type: bool
+    default: false
+  keep_namespace:
+    description: Leave the namespace (another release of the add-on still lives in it).
+    type: bool
+    default: false
+  cr_grace:
+    description: Seconds the controllers get to finish the deleted custom resources.
+    type: float
+    default: 10
+  crds_wait:
+    description: Wait until the CRDs are gone (false when the caller waits for several add-ons).
+    type: bool
+    default: true
+  namespace_wait:
+    description: Wait until the namespace is gone (false when the caller waits for several add-ons).
+    type: bool
+    default: true
+  timeout:
+    description: Seconds each of the CRD and namespace waits, and helm, may take.
+    type: int
+    default: 300
+extends_documentation_fragment:
+  - kubernetes.core.k8s_auth_options
+requirements:
+  - kubernetes
+  - helm
+"""
+
+EXAMPLES = r"""
+- name: Remove Volcano
+  decice.hybrid.addon_remove:
+    kubeconfig: /path/to/kubeconfig
+    name: volcano
+    release: volcano
+    namespace: volcano-system
+    crd_groups: [batch.volcano.sh, bus.volcano.sh, scheduling.volcano.sh]
+    extra_objects:
+      - {api_version: v1, kind: Secret, name: volcano-admission-secret, namespace: volcano-system}
+"""
+
+RETURN = r"""
+deleted:
+  description: The objects a delete was sent for (in check mode, would be sent for).
+  returned: always
+  type: list
+  elements: str
+stripped:
+  description: The custom resources whose finalizers were stripped.
+  returned: always
+  type: list
+  elements: str
+release:
+  description: C(removed) when there was a release to remove, else C(absent).
+  returned: always
+  type: str
+remaining:
+  description: What was still there when a wait ran out (the module then fails).
+  returned: always
+  type: list
+  elements: str
+seconds:
+  description: Seconds per step.
+  returned: always
+  type: dict
+"""
+
+NOT_FOUND = "not found"
+
+
+def _helm(module: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    params = module.params
+    argv = [params["helm"], *args, params["release"], "--namespace", params["namespace"]]
+    if params.get("kubeconfig"):
+        argv += ["--kubeconfig", str(params["kubeconfig"])]
+    try:
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=params["timeout"] + 30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        module.fail_json(msg=f"{params['name']}: running {params['helm']}: {exc}")
+        raise  # fail_json exits; for the type checker
+
+
+def _uninstall(module: Any) -> bool:
+    """Remove the release (check mode: only look); whether there was one."""
+    if module.check_mode:
+        status = _helm(module, "status")
+        return status.returncode == 0
+    args = ["uninstall", "--timeout", f"{module.params['timeout']}s"]
+    if module.params["disable_hooks"]:
+        args.append("--no-hooks")
+    done = _helm(module, *args)
+    if done.returncode == 0:
+        return True
+    if NOT_FOUND in done.stderr.lower():
+        return False
+    module.fail_json(
+        msg=f"{module.params['name']}: helm uninstall {module.params['release']}: "
+        f"{done.stderr.strip()[-2000:]}"
+    )
+    return False
+
+
+def run(module: Any, client: removal.Cluster) -> dict[str, Any]:
+    params = module.params
+    for index, item in enumerate(params["extra_objects"]):
+        missing = [key for key in ("api_version", "kind", "name") if not item.get(key)]
+        if missing:
+            module.fail_json(msg=f"extra_objects[{index}]: no {', '.join(missing)}")
+    plan = removal.Plan(
+        name=params["name"],
+        namespace=params["namespace"],
+        crd_groups=params["crd_groups"],
+        extra_objects=params["extra_objects"],
+        cr_grace=params["cr_grace"],
+        keep_namespace=params["keep_namespace"],
+        crds_wait=params["crds_wait"],
+        namespace_wait=params["namespace_wait"],
+        timeout=params["timeout"],
+    )
+    out = removal.remove(
+        client, plan, lambda: _uninstall(module), kube.poll, dry=module.check_mode
+    ).as_dict()
+    if out["remaining"]:
+        module.fail_json(
+            msg=f"{params['name']}: still there after {params['timeout']} s: "
+            + "; ".join(out["remaining"][:20]),
+            **out,
+        )
+    return out
+
+
+def _argument_spec() -> dict[str, Any]:
+    spec = copy.deepcopy(AUTH_ARG_SPEC)
+    spec.update(
+        name={"type": "str", "required": True},
+        release={"type": "str", "required": True},
+        namespace={"type": "str", "required": True},
+        helm={"type": "path", "default": "helm"},
+        crd_groups={"type": "list", "elements": "str", "default": []},
+        extra_objects={"type": "list", "elements": "dict", "default": []},
+        disable_hooks={"type": "bool", "default": False},
+        keep_namespace={"type": "bool", "default": False},
+        cr_grace={"type": "float", "default": 10},
+        crds_wait={"type": "bool", "default": True},
+        namespace_wait={"type": "bool", "default": True},
+        timeout={"type": "int", "default": 300},
+    )
+    return spec
+
+
+def main() -> None:
+    module = AnsibleK8SModule(argument_spec=_argument_spec(), supports_check_mode=True)
+    name = module.params["name"]
+    try:
+        client = kube.Client(get_api_client(module=module).client)
+    except Exception as exc:  # kubeconfig missing or wrong, server unreachable at discovery
+        module.fail_json(msg=f"{name}: cannot make a Kubernetes client: {exc}")
+    try:
+        result = run(module, client)
+    except kube.TRANSIENT as exc:
+        module.fail_json(msg=f"{name}: talking to the cluster: {kube.describe(exc)}")
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
