@@ -12,6 +12,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
+
 try:
     from kubernetes.dynamic.exceptions import DynamicApiError, ResourceNotFoundError
     from urllib3.exceptions import HTTPError
@@ -69,63 +72,41 @@ class Client:
             item.setdefault("apiVersion", api_version)
         return items
 
-    def get(
-        self, api_version: str, kind: str, name: str, namespace: str | None = None
-    ) -> Obj | None:
-        """The object, or None when it is not there."""
+    def _named(self, verb: str, api_version: str, kind: str, name: str,
+               namespace: str | None, **kwargs: Any) -> Any:  # fmt: skip
+        """``verb`` (get, delete, patch) on one object; None when it or its kind is not there."""
         resource = self._resource(api_version, kind)
         if resource is None:
             return None
         try:
-            found = self._dynamic.get(
-                resource, name=name, namespace=namespace, _request_timeout=self._timeout
+            return getattr(self._dynamic, verb)(
+                resource, name=name, namespace=namespace, _request_timeout=self._timeout, **kwargs
             )
         except DynamicApiError as exc:
             if getattr(exc, "status", None) == 404:
                 return None
             raise
-        return dict(found.to_dict())
+
+    def get(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> Obj | None:
+        """The object, or None when it is not there."""
+        found = self._named("get", api_version, kind, name, namespace)
+        return None if found is None else dict(found.to_dict())
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
         """Send a delete (background propagation); False when the object is not there."""
-        resource = self._resource(api_version, kind)
-        if resource is None:
-            return False
-        try:
-            self._dynamic.delete(
-                resource,
-                name=name,
-                namespace=namespace,
-                body={"propagationPolicy": "Background"},
-                _request_timeout=self._timeout,
-            )
-        except DynamicApiError as exc:
-            if getattr(exc, "status", None) == 404:
-                return False
-            raise
-        return True
+        body = {"propagationPolicy": "Background"}
+        return self._named("delete", api_version, kind, name, namespace, body=body) is not None
 
     def strip_finalizers(
         self, api_version: str, kind: str, name: str, namespace: str | None = None
     ) -> bool:
         """Merge-patch ``metadata.finalizers: []``; False when the object is not there."""
-        resource = self._resource(api_version, kind)
-        if resource is None:
-            return False
-        try:
-            self._dynamic.patch(
-                resource,
-                body={"metadata": {"finalizers": []}},
-                name=name,
-                namespace=namespace,
-                content_type="application/merge-patch+json",
-                _request_timeout=self._timeout,
-            )
-        except DynamicApiError as exc:
-            if getattr(exc, "status", None) == 404:
-                return False
-            raise
-        return True
+        patched = self._named("patch", api_version, kind, name, namespace,
+                              body={"metadata": {"finalizers": []}},
+                              content_type="application/merge-patch+json")  # fmt: skip
+        return patched is not None
 
 
 def poll(
@@ -154,3 +135,19 @@ def poll(
         if not pending or clock() + interval > deadline:
             return first, pending, error
         sleep(interval)
+
+
+def main(argument_spec: dict[str, Any], run: Callable[[Any, Client], dict[str, Any]]) -> None:
+    """The entry point of a module over :class:`Client`: ``run(module, client)``'s result,
+    or a failure naming the module's ``name`` parameter and what went wrong."""
+    module = AnsibleK8SModule(argument_spec=argument_spec, supports_check_mode=True)
+    name = module.params["name"]
+    try:
+        client = Client(get_api_client(module=module).client)
+    except Exception as exc:  # kubeconfig missing or wrong, server unreachable at discovery
+        module.fail_json(msg=f"{name}: cannot make a Kubernetes client: {exc}")
+    try:
+        result = run(module, client)
+    except TRANSIENT as exc:
+        module.fail_json(msg=f"{name}: talking to the cluster: {describe(exc)}")
+    module.exit_json(**result)

@@ -115,18 +115,6 @@ def custom_resources(cluster: Cluster, crds: Iterable[Mapping[str, Any]]) -> lis
     return found
 
 
-def calls_namespace(config: Mapping[str, Any], namespace: str) -> bool:
-    """A webhook configuration with a webhook that calls a service in ``namespace``."""
-    return namespace in _webhook_namespaces(config)
-
-
-def _webhook_namespaces(config: Mapping[str, Any]) -> set[str]:
-    return {
-        str(((hook.get("clientConfig") or {}).get("service") or {}).get("namespace"))
-        for hook in config.get("webhooks") or []
-    }
-
-
 def served_by(apiservice: Mapping[str, Any], namespace: str) -> bool:
     service = (apiservice.get("spec") or {}).get("service") or {}
     return bool(service) and service.get("namespace") == namespace
@@ -187,7 +175,7 @@ class Removal:
         namespace = self.plan.namespace
         for kind in WEBHOOK_KINDS:
             for config in self.cluster.list(WEBHOOK_API, kind):
-                if calls_namespace(config, namespace):
+                if readiness.webhook_services([config], namespace):
                     self._delete(WEBHOOK_API, kind, _meta(config)["name"], None)
         for apiservice in self.cluster.list(*APISERVICE):
             if served_by(apiservice, namespace):

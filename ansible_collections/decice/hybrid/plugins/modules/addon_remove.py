@@ -11,8 +11,6 @@ from typing import Any
 from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
 from ansible_collections.decice.hybrid.plugins.module_utils import removal
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
 
 DOCUMENTATION = r"""
 module: addon_remove
@@ -217,17 +215,7 @@ def _argument_spec() -> dict[str, Any]:
 
 
 def main() -> None:
-    module = AnsibleK8SModule(argument_spec=_argument_spec(), supports_check_mode=True)
-    name = module.params["name"]
-    try:
-        client = kube.Client(get_api_client(module=module).client)
-    except Exception as exc:  # kubeconfig missing or wrong, server unreachable at discovery
-        module.fail_json(msg=f"{name}: cannot make a Kubernetes client: {exc}")
-    try:
-        result = run(module, client)
-    except kube.TRANSIENT as exc:
-        module.fail_json(msg=f"{name}: talking to the cluster: {kube.describe(exc)}")
-    module.exit_json(**result)
+    kube.main(_argument_spec(), run)
 
 
 if __name__ == "__main__":

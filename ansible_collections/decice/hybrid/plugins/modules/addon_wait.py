@@ -11,8 +11,6 @@ from typing import Any
 from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
 from ansible_collections.decice.hybrid.plugins.module_utils import readiness
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
 
 DOCUMENTATION = r"""
 module: addon_wait
@@ -135,8 +133,9 @@ WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration
 def _ready_checks(reader: kube.Client, params: dict[str, Any], out: dict[str, Any]) -> kube.Check:
     """One read of what is not ready yet; lists the CRDs and webhooks once."""
     namespace = str(params["namespace"] or "")
+    groups = set(params["crd_groups"])
     crds = {str(c["metadata"]["name"]): c for c in reader.list(*CRD_API)
-            if (c.get("spec") or {}).get("group") in set(params["crd_groups"])}  # fmt: skip
+            if (c.get("spec") or {}).get("group") in groups}  # fmt: skip
     services: list[str] = []
     if params["webhooks"] and namespace:
         configs = [c for kind in WEBHOOK_KINDS
@@ -228,17 +227,7 @@ def _argument_spec() -> dict[str, Any]:
 
 
 def main() -> None:
-    module = AnsibleK8SModule(argument_spec=_argument_spec(), supports_check_mode=True)
-    name = module.params["name"]
-    try:
-        reader = kube.Client(get_api_client(module=module).client)
-    except Exception as exc:  # kubeconfig missing or wrong, server unreachable at discovery
-        module.fail_json(msg=f"{name}: cannot make a Kubernetes client: {exc}")
-    try:
-        result = run(module, reader)
-    except kube.TRANSIENT as exc:
-        module.fail_json(msg=f"{name}: reading the cluster: {kube.describe(exc)}")
-    module.exit_json(**result)
+    kube.main(_argument_spec(), run)
 
 
 if __name__ == "__main__":
