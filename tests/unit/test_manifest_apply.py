@@ -5,10 +5,12 @@ aggregated ClusterRoles left to their controller, removal order and what stays."
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+import yaml
 from ansible_collections.decice.hybrid.plugins.module_utils import manifests
 
 from decice import spec
@@ -202,6 +204,23 @@ def test_an_aggregated_cluster_role_leaves_its_rules_to_the_controller():
 def test_bad_documents_are_named(doc, problem):
     with pytest.raises(manifests.ManifestError, match=f"f.yaml: document 2: .*{problem}"):
         manifests.load([None, doc], "f.yaml")
+
+
+def test_the_module_reads_a_json_list_or_yaml_documents_alike(tmp_path: Path) -> None:
+    """The add-on engine hands the gathered CRDs over as one JSON list (crds.json); a JSON
+    file of one object, and YAML documents, give the same objects; a bad one is named."""
+    from ansible_collections.decice.hybrid.plugins.modules import manifest_apply
+
+    docs = [obj("v1", "ConfigMap", "a", "ns"), obj("v1", "Namespace", "ns")]
+    (tmp_path / "list.json").write_text(json.dumps(docs))
+    (tmp_path / "one.json").write_text(json.dumps(docs[0]))
+    (tmp_path / "docs.yaml").write_text(yaml.safe_dump_all([None, *docs]))
+    assert manifest_apply.read_documents(str(tmp_path / "list.json")) == docs
+    assert manifest_apply.read_documents(str(tmp_path / "one.json")) == docs[:1]
+    assert manifest_apply.read_documents(str(tmp_path / "docs.yaml")) == docs
+    (tmp_path / "bad.json").write_text(json.dumps([docs[0], {"kind": "x"}]))
+    with pytest.raises(manifests.ManifestError, match=r"bad\.json: document 2: apiVersion"):
+        manifest_apply.read_documents(str(tmp_path / "bad.json"))
 
 
 def test_removal_goes_webhooks_custom_resources_namespaced_namespaces_cluster_crds():

@@ -242,6 +242,29 @@ def test_chart_crds_keeps_only_crds_directory_files():
     assert postrender.adapt_stream(volcano, chart_crds_only=True).objects == 0
 
 
+def test_json_output_is_the_yaml_output_as_data_and_skips_writing_the_yaml():
+    """--json (the add-on engine's CRD gathering) gives the documents the YAML output holds,
+    comment-only and dropped documents left out, without writing the YAML."""
+    text = helm_template(chart("sedna-0.1.0.tgz"))
+    as_yaml = postrender.adapt_stream(text, chart_crds_only=True)
+    as_data = postrender.adapt_stream(text, chart_crds_only=True, as_text=False)
+    assert as_data.text == ""
+    assert as_data.rewrites == as_yaml.rewrites
+    expected = [o for o in map(load, naive_documents(as_yaml.text)) if o is not None]
+    assert len(expected) == 11
+    cli = run_captured([str(BIN / SCRIPT), "--chart-crds", "--json"], input=text, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout) == expected == as_data.documents
+    dropped = "# only a comment\n---\n" + yaml.safe_dump(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": "p"},
+        }
+    )
+    assert postrender.adapt_stream(dropped, as_text=False).documents == []
+
+
 def test_helm_runs_it_as_post_renderer_and_it_writes_the_report(tmp_path):
     script = BIN / SCRIPT
     require(script.exists(), f"{script}: reinstall the package (pip install -e .)")

@@ -185,6 +185,9 @@ class Result:
     text: str
     objects: int = 0
     rewrites: list[Rewrite] = field(default_factory=list)
+    # every document as parsed and adapted (mappings, or what else a document held), in
+    # order, dropped objects left out: the stream as data, for JSON output
+    documents: list[Any] = field(default_factory=list)
 
 
 # ------------------------------------------------------------------ YAML
@@ -502,8 +505,12 @@ def from_chart_crds(source: str | None) -> bool:
     return source is not None and _CRDS_DIR.match(source) is not None
 
 
-def adapt_stream(text: str, *, chart_crds_only: bool = False, server_side: bool = False) -> Result:
+def adapt_stream(
+    text: str, *, chart_crds_only: bool = False, server_side: bool = False, as_text: bool = True
+) -> Result:
     """Adapt every document of a YAML stream; unchanged documents keep their bytes.
+    ``as_text=False`` leaves :attr:`Result.text` empty (only the documents are wanted:
+    writing megabytes of YAML for nobody costs seconds).
 
     ``chart_crds_only``: keep only the documents rendered from a ``crds/`` directory
     (``helm template --include-crds``), which ``helm install`` creates without passing
@@ -521,6 +528,8 @@ def adapt_stream(text: str, *, chart_crds_only: bool = False, server_side: bool 
         except yaml.YAMLError as exc:
             source = _leading_comments(doc).strip() or f"document {index + 1}"
             raise PostRenderError(f"{source}: not YAML: {exc}") from exc
+        if obj is not None:  # a document of comments only is no document in JSON
+            result.documents.append(obj)
         if not isinstance(obj, dict):
             out.append(doc)
             continue
@@ -534,15 +543,25 @@ def adapt_stream(text: str, *, chart_crds_only: bool = False, server_side: bool 
                 f"({obj.get('apiVersion')})",
             )
             result.rewrites.extend(adapter.rewrites)
+            result.documents.pop()
             continue
         rewrites = adapt_object(obj, server_side=server_side)
         if rewrites:
             result.rewrites.extend(rewrites)
-            out.append(_leading_comments(doc) + _dump(obj))
+            out.append(_leading_comments(doc) + _dump(obj) if as_text else "")
         else:
             out.append(doc)
-    result.text = "".join(_join(out))
+    result.text = "".join(_join(out)) if as_text else ""
     return result
+
+
+def as_json(result: Result) -> str:
+    """The adapted documents as one JSON list (what ``--json`` writes): a consumer that
+    wants data skips parsing megabytes of YAML again."""
+    try:
+        return json.dumps(result.documents, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:  # a YAML value JSON has no form for (!!binary)
+        raise PostRenderError(f"a document holds a value JSON cannot carry: {exc}") from exc
 
 
 def _join(docs: Sequence[str]) -> Iterator[str]:
@@ -583,7 +602,7 @@ def write_report(path: Path, data: dict[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``decice-sim-postrender [--report PATH] [--chart-crds] [--server-side]``: stdin ->
+    """``decice-sim-postrender [--report PATH] [--chart-crds] [--server-side] [--json]``: stdin ->
     stdout; 0 ok, 1 bad input."""
     parser = argparse.ArgumentParser(
         prog="decice-sim-postrender",
@@ -607,18 +626,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the output goes through server-side apply (kubectl apply --server-side), "
         "which needs more written out on 1.20 (rule port-protocol)",
     )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="write the adapted documents as one JSON list instead of a YAML stream",
+    )
     args = parser.parse_args(argv)
     target = args.report
     if target is None and os.environ.get(REPORT_ENV):
         target = Path(os.environ[REPORT_ENV])
     try:
         result = adapt_stream(
-            sys.stdin.read(), chart_crds_only=args.chart_crds, server_side=args.server_side
+            sys.stdin.read(),
+            chart_crds_only=args.chart_crds,
+            server_side=args.server_side,
+            as_text=not args.json,
         )
+        text = as_json(result) + "\n" if args.json else result.text
     except PostRenderError as exc:
         print(f"decice-sim-postrender: {exc}", file=sys.stderr)
         return 1
-    sys.stdout.write(result.text)
+    sys.stdout.write(text)
     sys.stdout.flush()
     if target is not None:
         write_report(target, report(result))

@@ -42,7 +42,9 @@ description:
     O(wait_timeout) with why.
 options:
   src:
-    description: A multi-document YAML file of the objects.
+    description:
+      - A multi-document YAML file of the objects, or a JSON file (name ending in C(.json))
+        holding a list of them.
     type: path
   objects:
     description:
@@ -240,12 +242,21 @@ def _argument_spec() -> dict[str, Any]:
     return spec
 
 
+def read_documents(src: str) -> list[manifests.Obj]:
+    """The objects of ``src``: a multi-document YAML file, or (named ``*.json``) a JSON list
+    of objects or one object - megabytes of CRDs parse in a fraction of the YAML time."""
+    with Path(src).open(encoding="utf-8") as stream:
+        if src.endswith(".json"):
+            data = json.load(stream)
+            return manifests.load(data if isinstance(data, list) else [data], src)
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        return manifests.load(yaml.load_all(stream, Loader=loader), src)
+
+
 def _documents(module: Any, src: str) -> list[manifests.Obj]:
     try:
-        with Path(src).open(encoding="utf-8") as stream:
-            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-            return manifests.load(yaml.load_all(stream, Loader=loader), src)
-    except (OSError, yaml.YAMLError, manifests.ManifestError) as exc:
+        return read_documents(src)
+    except (OSError, ValueError, yaml.YAMLError) as exc:  # ManifestError, JSONDecodeError
         module.fail_json(msg=f"{src}: cannot read the manifests: {exc}")
     return []
 
