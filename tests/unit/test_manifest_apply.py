@@ -175,6 +175,50 @@ def test_refused_objects_are_kept_with_the_reason_once_passes_stop_making_progre
     }
 
 
+class ModuleFailed(Exception):
+    pass
+
+
+class FakeModule:
+    check_mode = False
+
+    def __init__(self, **params: Any) -> None:
+        self.params = {"state": "present", "objects": None, "field_manager": "decice",
+                       "patience": 1, "delay": 0.0, "wait_timeout": 5.0,
+                       "fail_on_refused": False, **params}  # fmt: skip
+
+    def fail_json(self, **result: Any) -> None:
+        raise ModuleFailed(result)
+
+
+def test_the_module_fails_on_refused_objects_only_when_asked(tmp_path: Path, monkeypatch) -> None:
+    """fail_on_refused (the add-on engine's CRD applies): the task fails naming each refused
+    object with the server's reason; without it the refusals are returned to the caller."""
+    from ansible_collections.decice.hybrid.plugins.modules import manifest_apply
+
+    cluster = FakeCluster()
+    cluster.refuse["c1"] = "spec.x: Invalid value"
+    monkeypatch.setattr(
+        manifest_apply, "get_api_client", lambda module: type("C", (), {"client": None})
+    )
+    monkeypatch.setattr(manifest_apply, "_Cluster", lambda dynamic, field_manager: cluster)
+    src = tmp_path / "objs.json"
+    src.write_text(json.dumps([NAMESPACE, CONFIG]))
+    result = manifest_apply.run(FakeModule(src=str(src)))
+    assert result["refused"] == [
+        {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "apps", "name": "c1",
+         "reason": "spec.x: Invalid value"}
+    ]  # fmt: skip
+    with pytest.raises(ModuleFailed) as failed:
+        manifest_apply.run(FakeModule(src=str(src), fail_on_refused=True))
+    (result,) = failed.value.args
+    assert result["msg"] == (
+        f"{src}: the server refused ConfigMap apps/c1 (v1): spec.x: Invalid value"
+    )
+    cluster.refuse.clear()
+    assert manifest_apply.run(FakeModule(src=str(src), fail_on_refused=True))["refused"] == []
+
+
 def test_an_aggregated_cluster_role_leaves_its_rules_to_the_controller():
     cluster = FakeCluster()
     role = obj(

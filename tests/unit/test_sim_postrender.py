@@ -242,6 +242,30 @@ def test_chart_crds_keeps_only_crds_directory_files():
     assert postrender.adapt_stream(volcano, chart_crds_only=True).objects == 0
 
 
+def test_chart_crds_leaves_out_a_crd_the_templates_render_too():
+    """helm installs a CRD its templates render (through the post-renderer): --chart-crds
+    keeps only what crds/ alone holds, as the add-on engine's crds.yml applies it."""
+
+    def crd(name: str) -> dict[str, Any]:
+        return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": name}}  # fmt: skip
+
+    text = "".join(
+        f"---\n# Source: c/{path}\n{yaml.safe_dump(doc)}"
+        for path, doc in [
+            ("crds/both.yaml", crd("both.x.io")),
+            ("crds/only.yaml", crd("only.x.io")),
+            ("charts/sub/crds/sub.yaml", crd("sub.x.io")),
+            ("templates/both.yaml", crd("both.x.io")),
+            ("templates/cm.yaml", {"apiVersion": "v1", "kind": "ConfigMap",
+                                   "metadata": {"name": "CustomResourceDefinition"}}),
+        ]
+    )  # fmt: skip
+    result = postrender.adapt_stream(text, chart_crds_only=True, as_text=False)
+    assert [d["metadata"]["name"] for d in result.documents] == ["only.x.io", "sub.x.io"]
+    assert result.objects == 2
+
+
 def test_json_output_is_the_yaml_output_as_data_and_skips_writing_the_yaml():
     """--json (the add-on engine's CRD gathering) gives the documents the YAML output holds,
     comment-only and dropped documents left out, without writing the YAML."""
@@ -263,6 +287,22 @@ def test_json_output_is_the_yaml_output_as_data_and_skips_writing_the_yaml():
         }
     )
     assert postrender.adapt_stream(dropped, as_text=False).documents == []
+
+
+def test_no_report_for_a_stream_without_objects(tmp_path):
+    """A chart without crds/ through --chart-crds: an empty list and no report (the record
+    lists no adaptation of CRDs that do not exist)."""
+    report = tmp_path / "report.json"
+    text = "---\n# Source: c/templates/cm.yaml\n" + yaml.safe_dump(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
+    )
+    args = [str(BIN / SCRIPT), "--chart-crds", "--json", "--report", str(report)]
+    cli = run_captured(args, input=text, timeout=60)
+    assert (cli.returncode, cli.stdout) == (0, "[]\n"), cli.stderr
+    assert not report.exists()
+    cli = run_captured([args[0], *args[2:]], input=text, timeout=60)  # no --chart-crds
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(report.read_text())["objects"] == 1
 
 
 def test_helm_runs_it_as_post_renderer_and_it_writes_the_report(tmp_path):

@@ -45,11 +45,12 @@ Helm 3 hands a post-renderer only the release's templates, not its hooks and not
 files of a chart's ``crds/`` directories, which ``helm install`` creates as they are.
 For charts with ``crds/`` (JobSet in Kubeflow Trainer, cloudcore, Sedna, LWS): create
 ``helm template ... --include-crds | decice-sim-postrender --chart-crds`` first (only
-the ``crds/`` documents, adapted), then ``helm install --skip-crds --post-renderer
-decice-sim-postrender``.
+the ``crds/`` documents no template renders too, adapted), then ``helm install
+--skip-crds --post-renderer decice-sim-postrender``.
 
 Report: when ``$DECICE_POSTRENDER_REPORT`` (or ``--report PATH``) names a file, a JSON
-report of every rewrite is written there (see :func:`report`); without one, no file.
+report of every rewrite is written there (see :func:`report`); without one, or when the
+output holds no object (``--chart-crds`` of a chart without ``crds/``), no file.
 """
 
 from __future__ import annotations
@@ -505,6 +506,44 @@ def from_chart_crds(source: str | None) -> bool:
     return source is not None and _CRDS_DIR.match(source) is not None
 
 
+def _with_sources(docs: Sequence[str]) -> list[tuple[str | None, str]]:
+    """Each document with the chart file it was rendered from (a file's later documents
+    carry no comment of their own)."""
+    out: list[tuple[str | None, str]] = []
+    source: str | None = None
+    for doc in docs:
+        source = source_of(doc) or source
+        out.append((source, doc))
+    return out
+
+
+def _load(doc: str, index: int) -> Any:
+    try:
+        return yaml.load(doc, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        where = _leading_comments(doc).strip() or f"document {index + 1}"
+        raise PostRenderError(f"{where}: not YAML: {exc}") from exc
+
+
+def _crd_name(obj: Any) -> str | None:
+    if isinstance(obj, dict) and obj.get("kind") == "CustomResourceDefinition":
+        name = (obj.get("metadata") or {}).get("name")
+        return name if isinstance(name, str) else None
+    return None
+
+
+def _templated_crds(sourced: Sequence[tuple[str | None, str]]) -> frozenset[str]:
+    """The names of the CRDs the chart's templates render (only documents that mention the
+    kind are parsed)."""
+    return frozenset(
+        name
+        for index, (source, doc) in enumerate(sourced)
+        if not from_chart_crds(source) and "CustomResourceDefinition" in doc
+        for name in [_crd_name(_load(doc, index))]
+        if name
+    )
+
+
 def adapt_stream(
     text: str, *, chart_crds_only: bool = False, server_side: bool = False, as_text: bool = True
 ) -> Result:
@@ -512,22 +551,22 @@ def adapt_stream(
     ``as_text=False`` leaves :attr:`Result.text` empty (only the documents are wanted:
     writing megabytes of YAML for nobody costs seconds).
 
-    ``chart_crds_only``: keep only the documents rendered from a ``crds/`` directory
-    (``helm template --include-crds``), which ``helm install`` creates without passing
-    them through its post-renderer. ``server_side``: see :func:`adapt_object`.
+    ``chart_crds_only``: keep only the CRDs (and other documents) rendered from a
+    ``crds/`` directory (``helm template --include-crds``), which ``helm install``
+    creates without passing them through its post-renderer - but not a CRD the chart's
+    templates render too (helm installs that one from the templates).
+    ``server_side``: see :func:`adapt_object`.
     """
     out: list[str] = []
     result = Result("")
-    source: str | None = None  # a file's later documents carry no comment of their own
-    for index, doc in enumerate(split_documents(text)):
-        source = source_of(doc) or source
+    sourced = _with_sources(split_documents(text))
+    templated = _templated_crds(sourced) if chart_crds_only else frozenset()
+    for index, (source, doc) in enumerate(sourced):
         if chart_crds_only and not from_chart_crds(source):
             continue
-        try:
-            obj = yaml.load(doc, Loader=_Loader)
-        except yaml.YAMLError as exc:
-            source = _leading_comments(doc).strip() or f"document {index + 1}"
-            raise PostRenderError(f"{source}: not YAML: {exc}") from exc
+        obj = _load(doc, index)
+        if templated and _crd_name(obj) in templated:
+            continue  # helm installs it from the templates, through the post-renderer
         if obj is not None:  # a document of comments only is no document in JSON
             result.documents.append(obj)
         if not isinstance(obj, dict):
@@ -612,7 +651,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--report",
         type=Path,
         default=None,
-        help=f"write the JSON report of the rewrites here (default: ${REPORT_ENV}; unset: none)",
+        help=f"write the JSON report of the rewrites here (default: ${REPORT_ENV}; unset: none); "
+        "nothing is written for a stream without objects",
     )
     parser.add_argument(
         "--chart-crds",
@@ -648,7 +688,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     sys.stdout.write(text)
     sys.stdout.flush()
-    if target is not None:
+    if target is not None and result.objects > 0:
         write_report(target, report(result))
     return 0
 

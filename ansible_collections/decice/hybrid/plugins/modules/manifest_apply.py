@@ -59,6 +59,13 @@ options:
   field_manager:
     type: str
     default: decice
+  fail_on_refused:
+    description:
+      - With O(state=present), fail when objects are still refused after the last pass,
+        naming each with the server's reason (the default returns them in RV(refused)
+        for the caller to judge).
+    type: bool
+    default: false
   patience:
     description: Passes in a row without progress after which the refused objects are given up.
     type: int
@@ -235,6 +242,7 @@ def _argument_spec() -> dict[str, Any]:
         objects={"type": "list", "elements": "dict"},
         state={"type": "str", "choices": ["present", "absent"], "default": "present"},
         field_manager={"type": "str", "default": "decice"},
+        fail_on_refused={"type": "bool", "default": False},
         patience={"type": "int", "default": 1},
         delay={"type": "float", "default": 5.0},
         wait_timeout={"type": "float", "default": 300.0},
@@ -306,7 +314,13 @@ def run(module: Any) -> dict[str, Any]:
     if module.check_mode:
         return {"changed": False, "objects": [], "created": [], "updated": [], "refused": []}
     outcome = manifests.apply_all(cluster, docs, patience=params["patience"], delay=params["delay"])
-    return outcome.as_dict()
+    result = outcome.as_dict()
+    if params["fail_on_refused"] and outcome.refused:
+        refused = "; ".join(
+            f"{manifests.describe(ident)}: {reason}" for ident, reason in outcome.refused.items()
+        )
+        module.fail_json(msg=f"{params['src']}: the server refused {refused}", **result)
+    return result
 
 
 def main() -> None:
