@@ -41,6 +41,12 @@ mirror_app = typer.Typer(
     help="Artifact mirror for air-gapped sites.", epilog=EPILOG, no_args_is_help=True
 )
 app.add_typer(mirror_app, name="mirror")
+experiment_app = typer.Typer(
+    help="Experiments: arms compared over repetitions from a clean slate, and a report.",
+    epilog=EPILOG,
+    no_args_is_help=True,
+)
+app.add_typer(experiment_app, name="experiment")
 
 SpecOpt = Annotated[
     Path | None,
@@ -300,6 +306,71 @@ def mirror_sync(
         from decice import mirror_sync
 
         return mirror_sync.command(spec, dest=dest, source=source, json_out=json_out)
+
+    _guard(work)
+
+
+ExpArg = Annotated[Path, typer.Argument(help="The experiment file (EXP.yaml).")]
+
+
+@experiment_app.command("plan")
+def experiment_plan(experiment: ExpArg, json_out: JsonOpt = False) -> None:
+    """Check an experiment file and show what a run would do (touches nothing)."""
+
+    def work() -> int:
+        from decice.experiment import commands
+
+        return commands.plan(experiment, json_out=json_out)
+
+    _guard(work)
+
+
+@experiment_app.command("run")
+def experiment_run(
+    experiment: ExpArg,
+    json_out: JsonOpt = False,
+    no_up: Annotated[
+        bool,
+        typer.Option("--no-up", help="Use the cluster as it is: no `decice up` first."),
+    ] = False,
+) -> None:
+    """Bring the cluster up, run every arm of every repetition, write the report."""
+
+    def work() -> int:
+        from decice.experiment import commands
+
+        return commands.execute(experiment, json_out=json_out, up=not no_up)
+
+    _guard(work)
+
+
+@experiment_app.command("report")
+def experiment_report(
+    ref: Annotated[
+        str,
+        typer.Argument(help="An experiment run's directory, id, unique id prefix, or 'last'."),
+    ] = "last",
+    spec: SpecOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write an experiment run's report again from its raw data (report.html, CSV, JSON)."""
+
+    def work() -> int:
+        from decice.experiment import commands
+
+        return commands.rewrite_report(ref, spec, json_out=json_out)
+
+    _guard(work)
+
+
+@experiment_app.command("list")
+def experiment_list(spec: SpecOpt = None, json_out: JsonOpt = False) -> None:
+    """List the experiment runs of the state directory."""
+
+    def work() -> int:
+        from decice.experiment import commands
+
+        return commands.list_runs(spec, json_out=json_out)
 
     _guard(work)
 

@@ -59,3 +59,18 @@ def exclusive(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def is_held(path: Path) -> bool:
+    """Does a process hold the lock on ``path`` now? (False when the file is missing.)"""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops a lock taken here
+    return False

@@ -10,7 +10,7 @@ import stat
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -20,6 +20,7 @@ from decice.spec_model import Spec
 
 DEFAULT_SPEC_NAME = "decice.yaml"
 BUILTIN_LABEL = "<built-in default spec>"
+_M = TypeVar("_M", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,18 @@ def parse(text: str, label: str) -> tuple[Spec, dict[str, Any]]:
 
 
 def _parse(text: str, label: str) -> tuple[Spec, dict[str, Any]]:
+    spec, doc = validate_yaml(text, label, Spec, "start from `decice init --target sim`")
+    issues = _semantic(label, doc, spec)
+    if issues:
+        raise SpecError(issues)
+    return spec, doc.data
+
+
+def validate_yaml(
+    text: str, label: str, model: type[_M], start_fix: str
+) -> tuple[_M, yamlpos.PositionedYaml]:
+    """``text`` as one YAML mapping validated by ``model``; SpecError naming every issue
+    (file:line:column, the field, the fix). ``start_fix``: the fix when it is no mapping."""
     try:
         doc = yamlpos.load(text)
     except yamlpos.YamlSyntaxError as exc:
@@ -168,24 +181,17 @@ def _parse(text: str, label: str) -> tuple[Spec, dict[str, Any]]:
     )
     if not isinstance(doc.data, dict):
         issues.append(
-            _issue(
-                label,
-                doc,
-                (),
-                "the spec must be a mapping of keys to values",
-                "start from `decice init --target sim`",
-            )
+            _issue(label, doc, (), "the file must be a mapping of keys to values", start_fix)
         )
         raise SpecError(issues)
     try:
-        spec = Spec.model_validate(doc.data)
+        value = model.model_validate(doc.data)
     except ValidationError as exc:
-        issues.extend(_from_pydantic(label, doc, exc))
+        issues.extend(_from_pydantic(label, doc, exc, model))
         raise SpecError(issues) from None
-    issues.extend(_semantic(label, doc, spec))
     if issues:
         raise SpecError(issues)
-    return spec, doc.data
+    return value, doc
 
 
 def _issue(
@@ -208,9 +214,9 @@ def _dotted(path: tuple[str | int, ...]) -> str:
     return out
 
 
-def _model_at(path: tuple[str | int, ...]) -> type[BaseModel] | None:
+def _model_at(root: type[BaseModel], path: tuple[str | int, ...]) -> type[BaseModel] | None:
     """The pydantic model that owns the mapping at ``path`` (for key suggestions)."""
-    model: type[BaseModel] | None = Spec
+    model: type[BaseModel] | None = root
     for part in path:
         if model is None:
             return None
@@ -234,7 +240,7 @@ def _inner_model(annotation: object) -> type[BaseModel] | None:
 
 
 def _from_pydantic(
-    label: str, doc: yamlpos.PositionedYaml, exc: ValidationError
+    label: str, doc: yamlpos.PositionedYaml, exc: ValidationError, root: type[BaseModel]
 ) -> list[SpecIssue]:
     issues: list[SpecIssue] = []
     for err in exc.errors(include_url=False):
@@ -243,7 +249,7 @@ def _from_pydantic(
         loc = tuple(p for p in loc if not (isinstance(p, str) and p in {"str", "int"}))
         kind = err["type"]
         if kind == "extra_forbidden":
-            parent = _model_at(loc[:-1])
+            parent = _model_at(root, loc[:-1])
             known = sorted(parent.model_fields) if parent else []
             guess = difflib.get_close_matches(str(loc[-1]), known, n=1)
             fix = (

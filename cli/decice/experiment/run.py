@@ -1,0 +1,374 @@
+"""``decice experiment plan|run|report|list``: the experiment's bookkeeping.
+
+A run lives in ``<state dir>/experiments/<id>/``: ``experiment.yaml`` (the file as run),
+``raw.json`` (saved after every arm, so a killed run keeps what it measured),
+``summary.json``, ``pods.csv`` and ``report.html``. The cluster is brought up (or
+reset and brought up again, ``slate: reset``) by the same engine as ``decice up``; each
+such run's id is kept in ``raw.json`` (``cluster_runs``), and its own record's argv names
+the experiment command. Arms run interleaved, repetition by repetition (A B A B ...),
+each in a fresh namespace labelled ``decice.io/experiment=<id>`` that is deleted (and
+seen gone) before the next arm starts.
+
+Ctrl-C or SIGTERM: the arm in flight is marked ``interrupted``, its namespace deleted
+without waiting, the report written marked partial, exit 130. The cluster stays up.
+A run killed outright leaves its namespace; the next experiment run on the state
+directory deletes every namespace with the label first and says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from decice import filelock, interrupt, lifecycle, records, spec, versions
+from decice.errors import EXIT_OK, EXIT_RUN_FAILED, InputError, RunFailedError
+from decice.experiment import collect, model, report, workload
+from decice.progress import View
+from decice.targets.base import kubeconfig_path
+
+EXPERIMENTS_DIR = "experiments"
+RAW_NAME = "raw.json"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run will do, before it touches anything."""
+
+    loaded: model.LoadedExperiment
+    spec: spec.LoadedSpec
+    pods: list[workload.PlannedPod]
+    order: list[tuple[int, str]]
+
+    def to_dict(self) -> dict[str, Any]:
+        exp = self.loaded.experiment
+        gen = exp.workload.generator
+        return {
+            "experiment": str(self.loaded.path),
+            "name": exp.name,
+            "spec": self.spec.label,
+            "target": self.spec.spec.target,
+            "state_dir": str(self.spec.state_dir),
+            "slate": exp.slate,
+            "repetitions": exp.repetitions,
+            "arms": [a.model_dump() for a in exp.arms],
+            "order": [list(o) for o in self.order],
+            "workload": {
+                "source": _source(self.loaded),
+                "seed": None if gen is None else gen.seed,
+                "pods": len(self.pods),
+                "groups": len({p.group for p in self.pods if p.group}),
+                "last_arrival": max((p.at for p in self.pods), default=0.0),
+            },
+        }
+
+
+def _source(loaded: model.LoadedExperiment) -> str:
+    w = loaded.experiment.workload
+    if w.generator is not None:
+        return f"generator (seed {w.generator.seed}, {w.generator.arrival.process} arrivals)"
+    if w.trace is not None:
+        return f"trace {loaded.resolve(w.trace)}"
+    return "manifests " + ", ".join(str(loaded.resolve(m)) for m in w.manifests)
+
+
+def make_plan(path: Path) -> Plan:
+    """Load and check everything (exit 2 on bad input); touches nothing."""
+    loaded = model.load(path)
+    exp = loaded.experiment
+    loaded_spec = spec.load(loaded.spec_path, cwd=loaded.path.parent)
+    sched = loaded_spec.spec.scheduler
+    for index, arm in enumerate(exp.arms):
+        if arm.scheduler == sched.name and not sched.enabled:
+            raise InputError(
+                f"{loaded.path}: arms[{index}].scheduler: {arm.scheduler!r} is the spec's own "
+                f"scheduler, which {loaded_spec.label} turns off (scheduler.enabled: false)\n"
+                "    fix: enable the scheduler in the spec or choose another scheduler"
+            )
+    pods = workload.plan(loaded)
+    order = [(rep, arm.name) for rep in range(1, exp.repetitions + 1) for arm in exp.arms]
+    return Plan(loaded, loaded_spec, pods, order)
+
+
+def experiments_dir(state_dir: Path) -> Path:
+    return state_dir / EXPERIMENTS_DIR
+
+
+# ------------------------------------------------------------------------ running
+
+
+Say = Callable[[str, dict[str, Any]], None]
+
+
+class _Run:
+    """One experiment run: its directory, its raw data, saved as it grows."""
+
+    def __init__(self, plan: Plan, say: Say) -> None:
+        self.plan = plan
+        self.say = say
+        exp = plan.loaded.experiment
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        self.id = f"{exp.name}-{stamp}-{secrets.token_hex(2)}"
+        self.dir = records.ensure_dir(
+            records.ensure_dir(experiments_dir(plan.spec.state_dir)) / self.id
+        )
+        (self.dir / "experiment.yaml").write_text(plan.loaded.text, "utf-8")
+        gen = exp.workload.generator
+        self.raw: dict[str, Any] = {
+            "id": self.id,
+            "status": "running",
+            "started": records.now(),
+            "ended": "",
+            "error": "",
+            "experiment": json.loads(exp.model_dump_json()),
+            "experiment_file": str(plan.loaded.path),
+            "experiment_sha256": plan.loaded.sha256,
+            "experiment_text": plan.loaded.text,
+            "spec": {
+                "label": plan.spec.label,
+                "sha256": plan.spec.sha256,
+                "target": plan.spec.spec.target,
+                "text": plan.spec.text,
+            },
+            "versions": versions.summary(),
+            "workload": {
+                "source": _source(plan.loaded),
+                "seed": None if gen is None else gen.seed,
+                "pods": [p.summary() for p in plan.pods],
+            },
+            "order": [list(o) for o in plan.order],
+            "cluster_runs": [],
+            "notes": [],
+            "runs": [],
+        }
+        self.save()
+
+    def save(self) -> None:
+        with interrupt.shielded():
+            records.write_json(self.dir / RAW_NAME, self.raw, mode=0o644)
+
+
+def _cluster(command: str, plan: Plan, run: _Run, view: View) -> None:
+    """``decice up`` or ``reset`` through the lifecycle engine; RunFailedError unless ok."""
+    loaded = plan.spec
+    options = lifecycle.RunOptions(only=[], skip=[], check=False, verbose=0)
+    lifecycle.prepare(command, loaded, options)
+    run.say("cluster", {"command": command})
+    record = lifecycle.execute(command, loaded, options, view)
+    run.raw["cluster_runs"].append(record.id)
+    run.save()
+    if record.status == "interrupted":
+        raise KeyboardInterrupt(command)
+    if record.status not in {"ok", "incomplete"}:
+        raise RunFailedError(
+            f"`decice {command}` for the experiment ended {record.status} "
+            f"(run {record.id})\n    fix: see `decice runs show {record.id}`"
+        )
+
+
+async def _leftovers(kubeconfig: Path) -> list[str]:
+    from decice_scheduler.client import Client
+
+    async with Client.from_kubeconfig(kubeconfig, user_agent="decice-experiment") as client:
+        names = await collect.leftover_namespaces(client)
+        for name in names:
+            await collect.delete_namespace(client, name)
+        return names
+
+
+async def _arm(kubeconfig: Path, run: _Run, arm_run: collect.ArmRun, arm: model.Arm) -> None:
+    from decice_scheduler.client import Client
+
+    plan = run.plan
+    exp = plan.loaded.experiment
+    labels = {workload.EXPERIMENT_LABEL: run.id, workload.ARM_LABEL: arm.name, **arm.labels}
+    manifests = {
+        pod.name: workload.manifest(
+            pod,
+            namespace=arm_run.namespace,
+            scheduler=arm.scheduler,
+            labels=labels,
+            image=exp.workload.image,
+        )
+        for pod in plan.pods
+    }
+    last = [0.0]
+
+    def progress(current: collect.ArmRun) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 1.0 or current.done == len(current.pods):
+            last[0] = now
+            run.say("pods", {"done": current.done, "total": len(current.pods)})
+
+    async with Client.from_kubeconfig(kubeconfig, user_agent="decice-experiment") as client:
+        try:
+            await collect.execute(
+                client,
+                arm_run,
+                plan.pods,
+                manifests,
+                experiment_id=run.id,
+                timeout=exp.timeout,
+                progress=progress,
+            )
+        except asyncio.CancelledError:
+            arm_run.status = "interrupted"
+            await asyncio.shield(collect.delete_namespace(client, arm_run.namespace, wait=False))
+            raise
+        await collect.delete_namespace(client, arm_run.namespace)
+
+
+def execute(path: Path, *, say: Say, view: View, up: bool = True) -> tuple[int, dict[str, Any]]:
+    """Run the experiment; (exit code, raw data). Writes the report in every case."""
+    plan = make_plan(path)
+    state_dir = plan.spec.state_dir
+    records.ensure_dir(state_dir)
+    lock_path = records.ensure_dir(experiments_dir(state_dir)) / ".lock"
+    with filelock.exclusive(lock_path, on_wait=lambda: say("waiting", {"lock": str(lock_path)})):
+        run = _Run(plan, say)
+        say("start", {"id": run.id, "dir": str(run.dir)})
+        code = EXIT_OK
+        try:
+            _run_all(plan, run, view, up)
+            run.raw["status"] = "complete"
+        except KeyboardInterrupt:
+            run.raw["status"] = "interrupted"
+            code = interrupt.EXIT_INTERRUPTED
+        except RunFailedError as exc:
+            run.raw["status"] = "failed"
+            run.raw["error"] = str(exc).splitlines()[0]
+            code = EXIT_RUN_FAILED
+        finally:
+            run.raw["ended"] = records.now()
+            run.save()
+            paths = report.write(run.raw, run.dir)
+            say("report", {k: str(v) for k, v in paths.items()})
+        return code, run.raw
+
+
+def _run_all(plan: Plan, run: _Run, view: View, up: bool) -> None:
+    exp = plan.loaded.experiment
+    arms = {a.name: a for a in exp.arms}
+    kubeconfig = kubeconfig_path(plan.spec.state_dir)
+    current_rep = 0
+    for rep, arm_name in plan.order:
+        if rep != current_rep:
+            if exp.slate == "reset" and rep > 1:
+                _cluster("reset", plan, run, view)
+                _cluster("up", plan, run, view)
+            elif rep == 1 and up:
+                _cluster("up", plan, run, view)
+            if rep == 1:
+                if not kubeconfig.exists():
+                    raise RunFailedError(
+                        f"{kubeconfig}: no kubeconfig: the cluster is not up\n"
+                        "    fix: run without --no-up, or `decice up` first"
+                    )
+                with interrupt.handling():
+                    left = asyncio.run(_leftovers(kubeconfig))
+                if left:
+                    run.raw["notes"].append(
+                        "deleted namespaces a killed experiment run left: " + ", ".join(left)
+                    )
+            current_rep = rep
+        arm = arms[arm_name]
+        arm_run = collect.ArmRun(
+            repetition=rep,
+            arm=arm_name,
+            scheduler=arm.scheduler,
+            namespace=f"exp-{run.id[-4:]}-{rep}-{arm_name}"[:63].rstrip("-"),
+        )
+        run.raw["runs"].append(arm_run.to_dict())
+        run.say("arm", {"repetition": rep, "of": exp.repetitions, "arm": arm_name})
+        try:
+            with interrupt.handling():
+                asyncio.run(_arm(kubeconfig, run, arm_run, arm))
+        except KeyboardInterrupt:
+            arm_run.status = "interrupted"
+            raise
+        except (OSError, ValueError) as exc:
+            arm_run.status = "failed"
+            arm_run.error = str(exc)
+            raise RunFailedError(f"arm {arm_name} of repetition {rep}: {exc}") from exc
+        except Exception as exc:  # the client's ApiError and what an arm's code raises
+            arm_run.status = "failed"
+            arm_run.error = str(exc)
+            raise RunFailedError(f"arm {arm_name} of repetition {rep}: {exc}") from exc
+        finally:
+            run.raw["runs"][-1] = arm_run.to_dict()
+            run.save()
+        run.say(
+            "arm-done",
+            {
+                "repetition": rep,
+                "arm": arm_name,
+                "status": arm_run.status,
+                "seconds": arm_run.seconds,
+            },
+        )
+
+
+# ------------------------------------------------------------------------ listing
+
+
+def find(state_dir: Path, ref: str) -> Path:
+    """An experiment run's directory by id, unique id prefix or ``last``."""
+    root = experiments_dir(state_dir)
+    runs = (
+        sorted((p for p in root.glob(f"*/{RAW_NAME}")), key=lambda p: p.stat().st_mtime)
+        if root.is_dir()
+        else []
+    )
+    if not runs:
+        raise InputError(
+            f"{root}: no experiment runs yet\n    fix: `decice experiment run EXP.yaml`"
+        )
+    if ref == "last":
+        return runs[-1].parent
+    matches = [p.parent for p in runs if p.parent.name == ref] or [
+        p.parent for p in runs if p.parent.name.startswith(ref)
+    ]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise InputError(f"no experiment run {ref!r} in {root}\n    fix: `decice experiment list`")
+    raise InputError(f"{ref!r} matches {len(matches)} experiment runs; give more of the id")
+
+
+def listing(state_dir: Path) -> list[dict[str, Any]]:
+    """Every experiment run of the state directory, oldest first."""
+    root = experiments_dir(state_dir)
+    out: list[dict[str, Any]] = []
+    for raw_path in sorted(root.glob(f"*/{RAW_NAME}")) if root.is_dir() else []:
+        try:
+            raw = report.load_raw(raw_path)
+        except (OSError, ValueError) as exc:
+            out.append({"id": raw_path.parent.name, "status": f"unreadable: {exc}"})
+            continue
+        status = raw.get("status")
+        if status == "running" and not _held(raw_path.parent.parent / ".lock"):
+            status = "interrupted"  # killed outright: nobody holds the lock
+        out.append(
+            {
+                "id": raw.get("id"),
+                "name": (raw.get("experiment") or {}).get("name"),
+                "status": status,
+                "started": raw.get("started"),
+                "ended": raw.get("ended"),
+                "arms": [a.get("name") for a in (raw.get("experiment") or {}).get("arms", [])],
+                "runs_done": sum(1 for r in raw.get("runs", []) if r.get("status") == "complete"),
+                "runs_planned": len(raw.get("order", [])),
+                "cluster_runs": raw.get("cluster_runs", []),
+                "report": str(raw_path.parent / "report.html"),
+            }
+        )
+    return out
+
+
+def _held(lock_path: Path) -> bool:
+    return filelock.is_held(lock_path)
