@@ -90,10 +90,15 @@ def show_status(spec_path: Path | None, *, json_out: bool) -> int:
 
 
 def list_runs(spec_path: Path | None, *, json_out: bool) -> int:
+    from decice.experiment.store import cluster_links
+
     loaded = spec.load(spec_path)
     runs = history.load_runs(loaded.state_dir)
+    links = cluster_links(loaded.state_dir)
     return _report(
-        json_out, lambda: [history.brief(r) for r in runs], partial(history.render_runs, runs)
+        json_out,
+        lambda: [{**history.brief(r), "experiment": links.get(r.id)} for r in runs],
+        partial(history.render_runs, runs, links=links),
     )
 
 

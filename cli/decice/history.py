@@ -101,17 +101,23 @@ def render_status(data: dict[str, Any], console: Console) -> None:
     registry.get(target).render_status(data.get(target), console)
 
 
-def render_runs(runs: list[RunRecord], console: Console) -> None:
+def render_runs(
+    runs: list[RunRecord], console: Console, links: dict[str, str] | None = None
+) -> None:
+    """The runs as a table; ``links``: run id -> the experiment run it was part of."""
     if not runs:
         console.print("no runs recorded yet")
         return
+    links = links or {}
     table = Table(box=None, header_style="bold")
-    for column in ("id", "command", "status", "target", "started", "time"):
+    columns = ["id", "command", "status", "target", "started", "time"]
+    for column in [*columns, "experiment"] if links else columns:
         table.add_column(column)
     for run in runs:
         seconds = f"{run.seconds:.1f}s" if run.seconds is not None else ""
         status = _status_text(run.status, stopped_in(run))
-        table.add_row(run.id, run.command, status, run.target, run.started, seconds)
+        row = [run.id, run.command, status, run.target, run.started, seconds]
+        table.add_row(*row, *([links.get(run.id, "")] if links else []))
     console.print(table)
 
 

@@ -3,8 +3,9 @@ fresh namespace, watch every pod to its end, and keep what happened.
 
 Times are seconds after the arm's start (``t0``) on this machine's monotonic clock, as
 this watcher observed them: ``submitted`` (the create was sent), ``created`` (the API
-answered), ``scheduled`` (first seen with a node), ``running``, ``finished`` (Succeeded
-or Failed). The API's own timestamps (1 s resolution) are kept beside them in ``api``.
+answered the create, or the watch saw the pod, whichever came first), ``scheduled``
+(first seen with a node), ``running``, ``finished`` (Succeeded or Failed). The API's
+own timestamps (1 s resolution) are kept beside them in ``api``.
 Events of the namespace are counted per pod and reason (``FailedScheduling`` with its
 last message). Everything goes through decice's one Kubernetes client
 (:mod:`decice_scheduler.client`).
@@ -24,6 +25,7 @@ from decice_scheduler.client import ApiError, Client, Gone
 CREATE_IN_FLIGHT = 16  # concurrent pod creates (a burst)
 TERMINAL = frozenset({"Succeeded", "Failed"})
 NAMESPACE_GONE_TIMEOUT = 180.0
+SERVICE_ACCOUNT_TIMEOUT = 60.0
 
 
 @dataclass
@@ -117,6 +119,8 @@ class _Watcher:
         status = obj.get("status") or {}
         node = spec.get("nodeName") or ""
         phase = status.get("phase") or ""
+        if record.created is None or now < record.created:
+            record.created = now  # the watch saw it before the create's answer came back
         if node and record.scheduled is None:
             record.scheduled = now
         record.node = node or record.node
@@ -225,7 +229,8 @@ async def _submit(
                 status, body = await client.request("POST", path, body=manifests[plan.name])
             except ApiError as exc:
                 status, body = 0, {"message": str(exc)}
-            record.created = watcher.now()
+            answered = watcher.now()
+            record.created = answered if record.created is None else min(record.created, answered)
         if not 200 <= status < 300:
             record.finished = record.created
             record.phase = "NotCreated"
@@ -286,6 +291,7 @@ async def execute(
         "metadata": {"name": run.namespace, "labels": {EXPERIMENT_LABEL: experiment_id}},
     }
     await client.request("POST", "/api/v1/namespaces", body=body, ok_status=())
+    await _service_account_ready(client, run.namespace)
     nodes, _ = await client.list_all("/api/v1/nodes")
     run.nodes = [_node_summary(n) for n in nodes]
     _items, rv = await client.list_all(f"/api/v1/namespaces/{run.namespace}/pods")
@@ -313,6 +319,23 @@ async def execute(
         for task in [*tasks, done_wait]:
             task.cancel()
         await asyncio.gather(*tasks, done_wait, return_exceptions=True)
+
+
+async def _service_account_ready(client: Client, namespace: str) -> None:
+    """Wait for the namespace's ``default`` ServiceAccount (pods are refused until the
+    controller made it) and, before Kubernetes 1.24, its token Secret."""
+    version = await client.get("/version")
+    minor = int("".join(c for c in str(version.get("minor", "0")) if c.isdigit()) or 0)
+    path = f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SERVICE_ACCOUNT_TIMEOUT
+    while True:
+        status, body = await client.request("GET", path)
+        if status == 200 and (minor >= 24 or (body or {}).get("secrets")):
+            return
+        if loop.time() > deadline:
+            raise ApiError("GET", path, status, f"no usable default ServiceAccount in {namespace}")
+        await asyncio.sleep(0.1)
 
 
 async def delete_namespace(client: Client, namespace: str, *, wait: bool = True) -> None:

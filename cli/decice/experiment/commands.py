@@ -16,7 +16,7 @@ from rich.text import Text
 
 from decice import spec
 from decice.errors import EXIT_OK, InputError
-from decice.experiment import report, run, stats
+from decice.experiment import report, run, stats, store
 from decice.progress import JsonLinesView, LiveView, View
 
 _out = Console(highlight=False, soft_wrap=True)
@@ -147,15 +147,15 @@ def _state_dir(spec_path: Path | None) -> Path:
 
 def rewrite_report(ref: str, spec_path: Path | None, *, json_out: bool) -> int:
     candidate = Path(ref)
-    if (candidate / run.RAW_NAME).is_file():
+    if (candidate / store.RAW_NAME).is_file():
         directory = candidate
     else:
-        directory = run.find(_state_dir(spec_path), ref)
+        directory = store.find(_state_dir(spec_path), ref)
     try:
-        raw = report.load_raw(directory / run.RAW_NAME)
+        raw = report.load_raw(directory / store.RAW_NAME)
     except (OSError, ValueError) as exc:
         raise InputError(
-            f"{directory / run.RAW_NAME}: cannot read the raw data: {exc}\n"
+            f"{directory / store.RAW_NAME}: cannot read the raw data: {exc}\n"
             "    fix: give the directory of an experiment run (`decice experiment list`)"
         ) from None
     paths = report.write(raw, directory)
@@ -167,7 +167,7 @@ def rewrite_report(ref: str, spec_path: Path | None, *, json_out: bool) -> int:
 
 
 def list_runs(spec_path: Path | None, *, json_out: bool) -> int:
-    rows = run.listing(_state_dir(spec_path))
+    rows = store.listing(_state_dir(spec_path))
     if json_out:
         _emit(rows)
         return EXIT_OK

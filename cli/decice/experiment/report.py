@@ -78,6 +78,7 @@ def _plots(raw: dict[str, Any], summary: dict[str, Any]) -> list[tuple[str, str]
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     arms = [a["name"] for a in raw["experiment"]["arms"]]
     runs = [r for r in raw.get("runs", []) if r.get("pods")]
@@ -87,12 +88,21 @@ def _plots(raw: dict[str, Any], summary: dict[str, Any]) -> list[tuple[str, str]
 
     # timeline: pods scheduled and finished over time, one panel per arm, a line per repetition
     fig, axes = plt.subplots(1, len(arms), figsize=(5 * len(arms), 3.2), squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, arm in zip(axes[0], arms, strict=True):
         for run in (r for r in runs if r["arm"] == arm):
+            colour = colours[(run["repetition"] - 1) % len(colours)]
             for key, style in (("scheduled", "-"), ("finished", ":")):
                 xs, ys = stats.cdf([p[key] for p in run["pods"] if p.get(key) is not None])
                 ys = [y * len(xs) for y in ys]
-                ax.step(xs, ys, style, where="post", label=f"rep {run['repetition']} {key}")
+                ax.step(
+                    xs,
+                    ys,
+                    style,
+                    color=colour,
+                    where="post",
+                    label=f"rep {run['repetition']} {key}",
+                )
         ax.set_title(arm)
         ax.set_xlabel("seconds after the arm's start")
         ax.set_ylabel("pods")
@@ -101,6 +111,7 @@ def _plots(raw: dict[str, Any], summary: dict[str, Any]) -> list[tuple[str, str]
 
     # latency CDFs: every repetition of an arm pooled
     fig, ax = plt.subplots(figsize=(6, 3.5))
+    positive = True
     for arm in arms:
         lat = [
             p["scheduled"] - p["created"]
@@ -109,9 +120,12 @@ def _plots(raw: dict[str, Any], summary: dict[str, Any]) -> list[tuple[str, str]
             for p in r["pods"]
             if p.get("scheduled") is not None and p.get("created") is not None
         ]
+        positive = positive and all(v > 0 for v in lat)
         if lat:
             xs, ys = stats.cdf(lat)
             ax.step(xs, ys, where="post", label=f"{arm} ({len(lat)} pods)")
+    if positive:
+        ax.set_xscale("log")
     ax.set_xlabel("scheduling latency (s, created to scheduled)")
     ax.set_ylabel("fraction of pods")
     ax.set_ylim(0, 1.02)
@@ -149,6 +163,7 @@ def _plots(raw: dict[str, Any], summary: dict[str, Any]) -> list[tuple[str, str]
         ]
         if points:
             ax.plot([p[0] for p in points], [p[1] for p in points], "o-", label=arm)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("repetition")
     ax.set_ylabel("pods/s scheduled")
     ax.legend(fontsize=8)

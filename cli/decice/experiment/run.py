@@ -29,11 +29,9 @@ from typing import Any
 from decice import filelock, interrupt, lifecycle, records, spec, versions
 from decice.errors import EXIT_OK, EXIT_RUN_FAILED, InputError, RunFailedError
 from decice.experiment import collect, model, report, workload
+from decice.experiment.store import RAW_NAME, experiments_dir
 from decice.progress import View
 from decice.targets.base import kubeconfig_path
-
-EXPERIMENTS_DIR = "experiments"
-RAW_NAME = "raw.json"
 
 
 @dataclass(frozen=True)
@@ -68,6 +66,15 @@ class Plan:
         }
 
 
+def _own_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("decice")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def _source(loaded: model.LoadedExperiment) -> str:
     w = loaded.experiment.workload
     if w.generator is not None:
@@ -93,10 +100,6 @@ def make_plan(path: Path) -> Plan:
     pods = workload.plan(loaded)
     order = [(rep, arm.name) for rep in range(1, exp.repetitions + 1) for arm in exp.arms]
     return Plan(loaded, loaded_spec, pods, order)
-
-
-def experiments_dir(state_dir: Path) -> Path:
-    return state_dir / EXPERIMENTS_DIR
 
 
 # ------------------------------------------------------------------------ running
@@ -135,7 +138,7 @@ class _Run:
                 "target": plan.spec.spec.target,
                 "text": plan.spec.text,
             },
-            "versions": versions.summary(),
+            "versions": {"decice": _own_version(), **versions.summary()},
             "workload": {
                 "source": _source(plan.loaded),
                 "seed": None if gen is None else gen.seed,
@@ -171,14 +174,17 @@ def _cluster(command: str, plan: Plan, run: _Run, view: View) -> None:
         )
 
 
-async def _leftovers(kubeconfig: Path) -> list[str]:
+async def _cluster_ready(kubeconfig: Path) -> tuple[list[str], str]:
+    """Delete the namespaces a killed experiment run left; (their names, the API server's
+    version)."""
     from decice_scheduler.client import Client
 
     async with Client.from_kubeconfig(kubeconfig, user_agent="decice-experiment") as client:
         names = await collect.leftover_namespaces(client)
         for name in names:
             await collect.delete_namespace(client, name)
-        return names
+        version = await client.get("/version")
+        return names, str((version or {}).get("gitVersion", ""))
 
 
 async def _arm(kubeconfig: Path, run: _Run, arm_run: collect.ArmRun, arm: model.Arm) -> None:
@@ -270,7 +276,8 @@ def _run_all(plan: Plan, run: _Run, view: View, up: bool) -> None:
                         "    fix: run without --no-up, or `decice up` first"
                     )
                 with interrupt.handling():
-                    left = asyncio.run(_leftovers(kubeconfig))
+                    left, server = asyncio.run(_cluster_ready(kubeconfig))
+                run.raw["versions"]["kube-apiserver"] = server
                 if left:
                     run.raw["notes"].append(
                         "deleted namespaces a killed experiment run left: " + ", ".join(left)
@@ -311,64 +318,3 @@ def _run_all(plan: Plan, run: _Run, view: View, up: bool) -> None:
                 "seconds": arm_run.seconds,
             },
         )
-
-
-# ------------------------------------------------------------------------ listing
-
-
-def find(state_dir: Path, ref: str) -> Path:
-    """An experiment run's directory by id, unique id prefix or ``last``."""
-    root = experiments_dir(state_dir)
-    runs = (
-        sorted((p for p in root.glob(f"*/{RAW_NAME}")), key=lambda p: p.stat().st_mtime)
-        if root.is_dir()
-        else []
-    )
-    if not runs:
-        raise InputError(
-            f"{root}: no experiment runs yet\n    fix: `decice experiment run EXP.yaml`"
-        )
-    if ref == "last":
-        return runs[-1].parent
-    matches = [p.parent for p in runs if p.parent.name == ref] or [
-        p.parent for p in runs if p.parent.name.startswith(ref)
-    ]
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise InputError(f"no experiment run {ref!r} in {root}\n    fix: `decice experiment list`")
-    raise InputError(f"{ref!r} matches {len(matches)} experiment runs; give more of the id")
-
-
-def listing(state_dir: Path) -> list[dict[str, Any]]:
-    """Every experiment run of the state directory, oldest first."""
-    root = experiments_dir(state_dir)
-    out: list[dict[str, Any]] = []
-    for raw_path in sorted(root.glob(f"*/{RAW_NAME}")) if root.is_dir() else []:
-        try:
-            raw = report.load_raw(raw_path)
-        except (OSError, ValueError) as exc:
-            out.append({"id": raw_path.parent.name, "status": f"unreadable: {exc}"})
-            continue
-        status = raw.get("status")
-        if status == "running" and not _held(raw_path.parent.parent / ".lock"):
-            status = "interrupted"  # killed outright: nobody holds the lock
-        out.append(
-            {
-                "id": raw.get("id"),
-                "name": (raw.get("experiment") or {}).get("name"),
-                "status": status,
-                "started": raw.get("started"),
-                "ended": raw.get("ended"),
-                "arms": [a.get("name") for a in (raw.get("experiment") or {}).get("arms", [])],
-                "runs_done": sum(1 for r in raw.get("runs", []) if r.get("status") == "complete"),
-                "runs_planned": len(raw.get("order", [])),
-                "cluster_runs": raw.get("cluster_runs", []),
-                "report": str(raw_path.parent / "report.html"),
-            }
-        )
-    return out
-
-
-def _held(lock_path: Path) -> bool:
-    return filelock.is_held(lock_path)

@@ -364,6 +364,7 @@ def manifest(
         "schedulerName": scheduler,
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": 0,
+        "automountServiceAccountToken": False,
         "containers": [container],
     }
     if pod.place == "edge":
