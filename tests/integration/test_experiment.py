@@ -251,7 +251,7 @@ def _wait_for_pods(proc: subprocess.Popen[str]) -> list[str]:
 def test_ctrl_c_leaves_a_partial_report_and_no_namespace(
     work: Path, first_run: dict[str, Any]
 ) -> None:
-    (work / "long.yaml").write_text(EXPERIMENT.format(duration="40s"))
+    (work / "long.yaml").write_text(EXPERIMENT.format(duration="30s"))
     proc = _start(work, "long.yaml", "--no-up", "--json")
     _wait_for_pods(proc)
     proc.send_signal(signal.SIGINT)

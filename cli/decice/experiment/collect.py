@@ -75,6 +75,10 @@ class ArmRun:
     def done(self) -> int:
         return sum(1 for p in self.pods.values() if p.finished is not None)
 
+    @property
+    def scheduled(self) -> int:
+        return sum(1 for p in self.pods.values() if p.scheduled is not None)
+
 
 Progress = Callable[[ArmRun], None]
 
@@ -121,8 +125,10 @@ class _Watcher:
         phase = status.get("phase") or ""
         if record.created is None or now < record.created:
             record.created = now  # the watch saw it before the create's answer came back
+        changed = False
         if node and record.scheduled is None:
             record.scheduled = now
+            changed = True
         record.node = node or record.node
         if phase == "Running" and record.running is None:
             record.running = now
@@ -130,6 +136,8 @@ class _Watcher:
             record.finished = now
             if record.scheduled is not None and record.running is None:
                 record.running = now
+            changed = True
+        if changed:
             self.progress(self.run)
         record.phase = phase
         _api_times(record, obj)

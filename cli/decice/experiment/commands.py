@@ -41,7 +41,8 @@ class _Progress:
         s = self.state
         return Text(
             f"repetition {s.get('repetition', '?')} of {s.get('of', '?')} · arm {s.get('arm', '?')}"
-            f" · pods {s.get('done', 0)}/{s.get('total', '?')}"
+            f" · pods scheduled {s.get('scheduled', 0)}, done {s.get('done', 0)}"
+            f" of {s.get('total', '?')}"
             f" · {time.monotonic() - self.started:.0f} s"
         )
 

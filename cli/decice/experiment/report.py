@@ -73,6 +73,11 @@ def _figure_png(fig: Any) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+def _legend(ax: Any, size: int) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=size)
+
+
 def _plots(raw: dict[str, Any], summary: dict[str, Any]) -> list[tuple[str, str]]:
     import matplotlib
 
@@ -106,7 +111,7 @@ def _plots(raw: dict[str, Any], summary: dict[str, Any]) -> list[tuple[str, str]
         ax.set_title(arm)
         ax.set_xlabel("seconds after the arm's start")
         ax.set_ylabel("pods")
-        ax.legend(fontsize=7)
+        _legend(ax, 7)
     out.append(("Timeline: pods scheduled (solid) and finished (dotted)", _figure_png(fig)))
 
     # latency CDFs: every repetition of an arm pooled
@@ -129,7 +134,7 @@ def _plots(raw: dict[str, Any], summary: dict[str, Any]) -> list[tuple[str, str]
     ax.set_xlabel("scheduling latency (s, created to scheduled)")
     ax.set_ylabel("fraction of pods")
     ax.set_ylim(0, 1.02)
-    ax.legend(fontsize=8)
+    _legend(ax, 8)
     out.append(("Scheduling latency CDF (all repetitions)", _figure_png(fig)))
 
     # utilisation heat map: the first repetition of each arm
@@ -166,7 +171,7 @@ def _plots(raw: dict[str, Any], summary: dict[str, Any]) -> list[tuple[str, str]
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("repetition")
     ax.set_ylabel("pods/s scheduled")
-    ax.legend(fontsize=8)
+    _legend(ax, 8)
     out.append(("Throughput per repetition (drift shows here)", _figure_png(fig)))
     return out
 

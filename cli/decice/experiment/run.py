@@ -209,7 +209,10 @@ async def _arm(kubeconfig: Path, run: _Run, arm_run: collect.ArmRun, arm: model.
         now = time.monotonic()
         if now - last[0] >= 1.0 or current.done == len(current.pods):
             last[0] = now
-            run.say("pods", {"done": current.done, "total": len(current.pods)})
+            run.say(
+                "pods",
+                {"scheduled": current.scheduled, "done": current.done, "total": len(current.pods)},
+            )
 
     async with Client.from_kubeconfig(kubeconfig, user_agent="decice-experiment") as client:
         try:
