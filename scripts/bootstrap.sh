@@ -14,6 +14,10 @@ WITH_TEST=${WITH_TEST:-0}
 APT_PACKAGES=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs openssh-client
               munge slurm-client rsync golang-1.19-go golang-github-modern-go-reflect2-dev
               dpkg-dev patch quilt unzip iproute2 strace docker-registry)
+# The test suite only: headless Chromium opens the experiment report (tests/integration/test_experiment.py).
+if [ "$WITH_TEST" = 1 ]; then
+  APT_PACKAGES+=(chromium)
+fi
 # Packages wanted only when their command is missing (another vendor may provide it).
 declare -A APT_FOR_COMMAND=([npm]=npm)
 

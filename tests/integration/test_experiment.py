@@ -268,7 +268,7 @@ def test_ctrl_c_leaves_a_partial_report_and_no_namespace(
     wait_for("the interrupted arm's namespace to go", lambda: not _experiment_namespaces(api), 120)
 
 
-def test_a_killed_run_is_listed_interrupted_and_the_next_run_deletes_its_namespace(
+def test_a_killed_run_is_listed_interrupted_and_a_clean_slate_run_deletes_its_namespace(
     work: Path, first_run: dict[str, Any]
 ) -> None:
     proc = _start(work, "long.yaml", "--no-up", "--json")
@@ -281,15 +281,27 @@ def test_a_killed_run_is_listed_interrupted_and_the_next_run_deletes_its_namespa
     listed = json.loads(run_decice(work, "experiment", "list", "--json").stdout)
     assert listed[-1]["status"] == "interrupted"  # raw.json says running; no one holds the lock
 
-    (work / "one.yaml").write_text(
+    # the next run: each repetition from a clean slate (reset + up before the second)
+    (work / "slate.yaml").write_text(
         EXPERIMENT.format(duration="1s")
-        .replace("repetitions: 2", "repetitions: 1")
+        .replace("repetitions: 2", "repetitions: 2\nslate: reset")
         .replace("  - {name: kube, scheduler: default-scheduler}\n", "")
     )
-    again = run_decice(work, "experiment", "run", "one.yaml", "--no-up", "--json", timeout=600)
+    again = run_decice(work, "experiment", "run", "slate.yaml", "--json", timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
     raw_dir = work / ".decice" / "experiments" / json.loads(again.stdout)["id"]
     raw = json.loads((raw_dir / "raw.json").read_text())
     assert raw["notes"] == [f"deleted namespaces a killed experiment run left: {left[0]}"]
-    assert [r["status"] for r in raw["runs"]] == ["complete"]
-    assert _experiment_namespaces(api) == []
+    assert [(r["repetition"], r["status"]) for r in raw["runs"]] == [
+        (1, "complete"),
+        (2, "complete"),
+    ]
+    assert all(p["phase"] == "Succeeded" for r in raw["runs"] for p in r["pods"])
+    runs = {r["id"]: r for r in json.loads(run_decice(work, "runs", "--json").stdout)}
+    made = [runs[i] for i in raw["cluster_runs"]]
+    assert [(r["command"], r["status"], r["experiment"]) for r in made] == [
+        ("up", "ok", raw["id"]),
+        ("reset", "ok", raw["id"]),
+        ("up", "ok", raw["id"]),
+    ]
+    assert _experiment_namespaces(_kube(work)) == []

@@ -17,7 +17,7 @@ from decice.app import app
 pytestmark = pytest.mark.unit
 
 DECICE = [sys.executable, "-m", "decice"]
-COMMANDS = ("up", "down", "reset", "verify", "status", "plan", "runs", "init")
+COMMANDS = ("up", "down", "reset", "verify", "status", "plan", "runs", "init", "experiment")
 
 
 def test_help_lists_every_command_and_exit_codes() -> None:

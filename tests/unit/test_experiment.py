@@ -185,6 +185,19 @@ def test_manifest_of_a_planned_pod() -> None:
     assert resources["requests"]["nvidia.com/gpu"] == resources["limits"]["nvidia.com/gpu"] == "1"
     assert doc["spec"]["nodeSelector"] == {"type": "virtual-kubelet"}
     assert doc["spec"]["tolerations"][0]["key"] == "virtual-node.interlink/no-schedule"
+    # an arm's node selector (one virtual node per arm: interLink job vs pilot mode)
+    pinned = workload.manifest(
+        pod,
+        namespace="ns",
+        scheduler="s",
+        labels={},
+        image="i",
+        node_selector={"kubernetes.io/hostname": "hpc-pilot"},
+    )
+    assert pinned["spec"]["nodeSelector"] == {
+        "type": "virtual-kubelet",
+        "kubernetes.io/hostname": "hpc-pilot",
+    }
 
 
 TRACE_EXP = """\
@@ -394,3 +407,53 @@ def test_a_partial_run_is_marked_partial(tmp_path: Path) -> None:
     assert "PARTIAL: this run ended interrupted" in page
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["arms"]["b"]["repetitions"] == 1  # the interrupted arm does not count
+
+
+# ------------------------------------------------------------------ the commands
+
+
+def test_experiment_help_names_its_commands_and_flags() -> None:
+    runner = CliRunner()
+    top = runner.invoke(app, ["experiment", "--help"])
+    assert top.exit_code == 0
+    for command in ("plan", "run", "report", "list"):
+        assert f"  {command} " in top.output
+    run_help = " ".join(runner.invoke(app, ["experiment", "run", "--help"]).output.split())
+    assert "--no-up" in run_help and "--json" in run_help
+
+
+def _stored(tmp_path: Path, status: str = "complete", name: str = "t-1") -> Path:
+    (tmp_path / "decice.yaml").write_text("name: c\ntarget: sim\n")
+    run_dir = tmp_path / ".decice" / "experiments" / name
+    run_dir.mkdir(parents=True)
+    raw = {**_raw(status), "id": name}
+    (run_dir / "raw.json").write_text(json.dumps(raw))
+    return run_dir
+
+
+def test_report_is_written_again_by_id_prefix_last_or_directory(tmp_path: Path) -> None:
+    run_dir = _stored(tmp_path)
+    spec = str(tmp_path / "decice.yaml")
+    runner = CliRunner()
+    for ref in ("last", "t-1", "t-", str(run_dir)):
+        (run_dir / "report.html").unlink(missing_ok=True)
+        result = runner.invoke(app, ["experiment", "report", ref, "-f", spec, "--json"])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)["html"] == str(run_dir / "report.html")
+        assert (run_dir / "report.html").read_text().startswith("<!DOCTYPE html>")
+    missing = runner.invoke(app, ["experiment", "report", "nope", "-f", spec])
+    assert missing.exit_code == 2 and "no experiment run 'nope'" in missing.output
+
+
+def test_list_shows_a_killed_run_interrupted_and_an_unreadable_one(tmp_path: Path) -> None:
+    _stored(tmp_path, "running", "a-1")
+    broken = tmp_path / ".decice" / "experiments" / "b-2"
+    broken.mkdir()
+    (broken / "raw.json").write_text("{not json")
+    result = CliRunner().invoke(
+        app, ["experiment", "list", "-f", str(tmp_path / "decice.yaml"), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert rows[0]["id"] == "a-1" and rows[0]["status"] == "interrupted"  # no lock held
+    assert rows[1]["id"] == "b-2" and rows[1]["status"].startswith("unreadable")

@@ -159,6 +159,10 @@ class Arm(_Model):
     name: str
     scheduler: str = "default-scheduler"
     labels: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="merged into every pod's nodeSelector (e.g. one virtual node per arm)",
+    )
 
     @field_validator("name")
     @classmethod

@@ -200,6 +200,7 @@ async def _arm(kubeconfig: Path, run: _Run, arm_run: collect.ArmRun, arm: model.
             scheduler=arm.scheduler,
             labels=labels,
             image=exp.workload.image,
+            node_selector=arm.node_selector,
         )
         for pod in plan.pods
     }

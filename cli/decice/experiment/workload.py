@@ -334,9 +334,26 @@ def _seconds_text(seconds: float) -> str:
 
 
 def manifest(
+    pod: PlannedPod,
+    *,
+    namespace: str,
+    scheduler: str,
+    labels: dict[str, str],
+    image: str,
+    node_selector: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The Pod to create for ``pod`` in one arm's namespace (``node_selector``: the arm's,
+    merged over the pod's own)."""
+    doc = _pod_doc(pod, namespace=namespace, scheduler=scheduler, labels=labels, image=image)
+    if node_selector:
+        spec = doc["spec"]
+        spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **node_selector}
+    return doc
+
+
+def _pod_doc(
     pod: PlannedPod, *, namespace: str, scheduler: str, labels: dict[str, str], image: str
 ) -> dict[str, Any]:
-    """The Pod to create for ``pod`` in one arm's namespace."""
     if pod.manifest:
         doc = copy.deepcopy(pod.manifest)
         meta = doc.setdefault("metadata", {})
