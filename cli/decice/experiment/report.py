@@ -211,7 +211,7 @@ def render(raw: dict[str, Any], summary: dict[str, Any]) -> str:
         parts.append(
             f"<p class='partial'>PARTIAL: this run ended {e(str(raw.get('status')))}"
             f"{': ' + e(raw['error']) if raw.get('error') else ''}; "
-            "only the arms that completed count in the medians.</p>"
+            "arms interrupted or failed do not count in the medians.</p>"
         )
     order = ", ".join(f"{rep}:{arm}" for rep, arm in raw.get("order", []))
     facts = [

@@ -302,11 +302,7 @@ def _run_all(plan: Plan, run: _Run, view: View, up: bool) -> None:
         except KeyboardInterrupt:
             arm_run.status = "interrupted"
             raise
-        except (OSError, ValueError) as exc:
-            arm_run.status = "failed"
-            arm_run.error = str(exc)
-            raise RunFailedError(f"arm {arm_name} of repetition {rep}: {exc}") from exc
-        except Exception as exc:  # the client's ApiError and what an arm's code raises
+        except Exception as exc:  # the client's ApiError, OSError, what an arm's code raises
             arm_run.status = "failed"
             arm_run.error = str(exc)
             raise RunFailedError(f"arm {arm_name} of repetition {rep}: {exc}") from exc

@@ -8,8 +8,9 @@ Definitions (docs/experiments.md repeats them):
   **makespan** last finished - first submitted, a group's **gang wait** its last
   member's scheduled - its first member's created (groups whose every member was
   scheduled); a group is **partial** when some but not all members were scheduled;
-- per arm, each metric's **median over the repetitions** and a distribution-free
-  confidence interval for that median from order statistics: the widest-rank interval
+- per arm, each metric's **median over the repetitions** that ran their course
+  (``complete``, or cut by the arm's ``timeout``: pods never scheduled are a result) and
+  a distribution-free confidence interval for that median from order statistics: the widest-rank interval
   ``[x(k), x(n-k+1)]`` whose binomial coverage is at least 95 %, or ``[min, max]`` with
   its actual coverage (``1 - 2 * 0.5**n``) when n is too small for 95 %.
 """
@@ -24,6 +25,9 @@ from typing import Any
 from decice_scheduler.quantity import parse_quantity
 
 CI_LEVEL = 0.95
+# an arm that ran its course counts, also when its timeout cut it (pods never scheduled
+# are a result); one interrupted or failed does not
+MEASURED = frozenset({"complete", "timeout"})
 # (key, label, unit, better): the metrics of one repetition of one arm
 METRICS: tuple[tuple[str, str, str, str], ...] = (
     ("throughput", "throughput", "pods/s", "higher"),
@@ -138,7 +142,7 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
     per_run = [run_metrics(run) for run in raw.get("runs", []) if run.get("pods")]
     arms: dict[str, Any] = {}
     for arm in [a["name"] for a in raw["experiment"]["arms"]]:
-        mine = [m for m in per_run if m["arm"] == arm and m["status"] == "complete"]
+        mine = [m for m in per_run if m["arm"] == arm and m["status"] in MEASURED]
         arms[arm] = {
             "repetitions": len(mine),
             "metrics": {
