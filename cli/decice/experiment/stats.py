@@ -10,9 +10,9 @@ Definitions (docs/experiments.md repeats them):
   scheduled); a group is **partial** when some but not all members were scheduled;
 - per arm, each metric's **median over the repetitions** that ran their course
   (``complete``, or cut by the arm's ``timeout``: pods never scheduled are a result) and
-  a distribution-free confidence interval for that median from order statistics: the widest-rank interval
-  ``[x(k), x(n-k+1)]`` whose binomial coverage is at least 95 %, or ``[min, max]`` with
-  its actual coverage (``1 - 2 * 0.5**n``) when n is too small for 95 %.
+  a distribution-free confidence interval for that median from order statistics: the
+  widest-rank interval ``[x(k), x(n-k+1)]`` whose binomial coverage is at least 95 %, or
+  ``[min, max]`` with its actual coverage (``1 - 2 * 0.5**n``) when n is too small for 95 %.
 """
 
 from __future__ import annotations
