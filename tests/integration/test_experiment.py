@@ -127,6 +127,12 @@ def test_two_arms_two_repetitions_end_to_end(work: Path, first_run: dict[str, An
             assert pod["finished"] - pod["running"] >= 1.5  # the sim ran it its 2 s
             assert pod["api"]["scheduled"] and pod["node"]
 
+    # each arm's pods were bound by its own scheduler: decice-scheduler's counter moved by
+    # 30 during its arms and not at all during kube-scheduler's
+    for run in raw["runs"]:
+        moved = run["scheduler_metrics"].get("decice_scheduler_scheduled_total", 0)
+        assert moved == (30 if run["arm"] == "decice" else 0), run["scheduler_metrics"]
+
     # the same seed, the same workload: what ran is what the generator makes of the file
     planned = run_decice(work, "experiment", "plan", "exp.yaml", "--json")
     assert json.loads(planned.stdout)["workload"]["pods"] == len(raw["workload"]["pods"])

@@ -382,6 +382,7 @@ def _raw(status: str = "complete") -> dict[str, Any]:
 
 def test_report_files_are_computed_from_raw_and_self_contained(tmp_path: Path) -> None:
     raw = _raw()
+    raw["runs"][0]["scheduler_metrics"] = {"decice_scheduler_scheduled_total": 20.0}
     paths = report.write(raw, tmp_path)
     summary = json.loads(paths["summary"].read_text())
     for arm in ("a", "b"):
@@ -393,6 +394,7 @@ def test_report_files_are_computed_from_raw_and_self_contained(tmp_path: Path) -
     assert len(rows) == 1 + 4 * 20
     page = paths["html"].read_text()
     assert "PARTIAL" not in page
+    assert "decice_scheduler_scheduled_total: 20" in page
     assert "name: t &lt;b&gt;" in page  # the experiment file, escaped
     assert not re.search(r"(src|href)=['\"](https?:|//)", page)  # nothing from outside
     images = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", page)

@@ -265,6 +265,21 @@ def render(raw: dict[str, Any], summary: dict[str, Any]) -> str:
         )
     parts.append("</table>")
 
+    moved = [r for r in raw.get("runs", []) if r.get("scheduler_metrics")]
+    if moved:
+        parts.append(
+            "<h2>decice-scheduler during each arm</h2><p>Its counters' changes from the "
+            "arm's start to its end (/metrics on the sim).</p><table><tr><th>repetition</th>"
+            "<th>arm</th><th>counters</th></tr>"
+        )
+        for r in moved:
+            text = ", ".join(f"{k}: {v:g}" for k, v in r["scheduler_metrics"].items())
+            parts.append(
+                f"<tr><td>{r['repetition']}</td><td>{e(r['arm'])}</td>"
+                f"<td style='text-align:left'>{e(text)}</td></tr>"
+            )
+        parts.append("</table>")
+
     for title, png in _plots(raw, summary):
         parts.append(f"<h2>{e(title)}</h2><img alt='{e(title)}' src='data:image/png;base64,{png}'>")
 

@@ -215,6 +215,7 @@ async def _arm(kubeconfig: Path, run: _Run, arm_run: collect.ArmRun, arm: model.
                 {"scheduled": current.scheduled, "done": current.done, "total": len(current.pods)},
             )
 
+    before = _scheduler_counters(plan)
     async with Client.from_kubeconfig(kubeconfig, user_agent="decice-experiment") as client:
         try:
             await collect.execute(
@@ -230,7 +231,36 @@ async def _arm(kubeconfig: Path, run: _Run, arm_run: collect.ArmRun, arm: model.
             arm_run.status = "interrupted"
             await asyncio.shield(collect.delete_namespace(client, arm_run.namespace, wait=False))
             raise
+        after = _scheduler_counters(plan)
+        if before is not None and after is not None:
+            arm_run.scheduler_metrics = {
+                key: round(value - before.get(key, 0.0), 6)
+                for key, value in sorted(after.items())
+                if value != before.get(key, 0.0)
+            }
         await collect.delete_namespace(client, arm_run.namespace)
+
+
+def _scheduler_counters(plan: Plan) -> dict[str, float] | None:
+    """decice-scheduler's counters (``*_total``, and ``*_count``/``*_sum`` of its
+    histograms) read from its /metrics now: on the sim, where it runs on loopback; None
+    elsewhere or when it cannot be read."""
+    if plan.spec.spec.target != "sim" or not plan.spec.spec.scheduler.enabled:
+        return None
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from decice.sim import scheduler_service
+
+    text = scheduler_service.metrics_text(plan.spec.state_dir)
+    if text is None:
+        return None
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.endswith(("_total", "_count", "_sum")):
+                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return out
 
 
 def execute(path: Path, *, say: Say, view: View, up: bool = True) -> tuple[int, dict[str, Any]]:

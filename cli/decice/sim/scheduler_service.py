@@ -411,6 +411,16 @@ def parse_metrics(text: str) -> dict[str, float]:
     return out
 
 
+def metrics_text(state_dir: Path) -> str | None:
+    """The running scheduler's /metrics page, or None (not running, not answering)."""
+    data = _process(state_dir).load()
+    url = str((data or {}).get("metrics_url") or "")
+    if not url:
+        return None
+    code, text = _get(url + "/metrics", timeout=5.0)
+    return text if code == 200 else None
+
+
 def status(state_dir: Path) -> dict[str, Any]:
     """{running, pid, metrics_url} and, while running, scheduled/drift/relists."""
     data = _process(state_dir).load()
