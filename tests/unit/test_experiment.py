@@ -61,6 +61,11 @@ def test_the_example_plans_with_interleaved_order_and_touches_nothing(tmp_path: 
     assert data["order"] == [[r, a] for r in (1, 2, 3) for a in ("decice", "kube")]
     assert data["workload"]["pods"] == 200
     assert data["target"] == "sim"  # no spec named, no decice.yaml beside it: the built-in
+    table = CliRunner().invoke(app, ["experiment", "plan", str(path)])
+    assert table.exit_code == 0
+    text = " ".join(table.output.split())
+    assert "1:decice 1:kube 2:decice 2:kube 3:decice 3:kube" in text
+    assert "200 pods" in text
     assert not (tmp_path / ".decice").exists()
 
 
