@@ -154,6 +154,7 @@ def test_two_arms_two_repetitions_end_to_end(work: Path, first_run: dict[str, An
             assert got[key]["low"] == pytest.approx(min(values), abs=1e-3)
             assert got[key]["high"] == pytest.approx(max(values), abs=1e-3)
     assert first_run["out"]["summary"]["arms"] == summary["arms"]
+    assert first_run["out"]["report"] == str(first_run["dir"] / "report.html")
     csv_rows = (first_run["dir"] / "pods.csv").read_text().splitlines()
     assert len(csv_rows) == 1 + 4 * 30
 

@@ -4,6 +4,7 @@ and the report (the run against a real sim: tests/integration/test_experiment.py
 from __future__ import annotations
 
 import base64
+import csv
 import itertools
 import json
 import random
@@ -405,6 +406,18 @@ def test_report_files_are_computed_from_raw_and_self_contained(tmp_path: Path) -
     images = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", page)
     assert len(images) == 4
     assert all(base64.b64decode(i).startswith(b"\x89PNG") for i in images)
+
+
+def test_text_a_spreadsheet_would_run_is_defused_in_the_csv(tmp_path: Path) -> None:
+    raw = _raw()
+    raw["runs"][0]["pods"][0]["reason"] = '=HYPERLINK("http://x")'
+    raw["runs"][0]["pods"][1]["node"] = "@node"
+    rows = list(csv.DictReader(report.write(raw, tmp_path)["csv"].open()))
+    assert rows[0]["reason"] == '\'=HYPERLINK("http://x")'
+    assert rows[1]["node"] == "'@node"
+    assert rows[2]["created"] == str(raw["runs"][0]["pods"][2]["created"])  # numbers as they are
+    page = (tmp_path / "report.html").read_text()
+    assert "<a href='raw.json'>raw.json</a>" in page  # beside it, relative
 
 
 def test_a_partial_run_is_marked_partial(tmp_path: Path) -> None:

@@ -111,12 +111,21 @@ def execute(path: Path, *, json_out: bool, up: bool) -> int:
     progress = _Progress(json_out)
     view: View = JsonLinesView(sys.stderr) if json_out else LiveView(_err)
     try:
-        code, raw = run.execute(path, say=progress, view=view, up=up)
+        code, raw, run_dir = run.execute(path, say=progress, view=view, up=up)
     finally:
         progress._stop_live()
+    report_path = run_dir / "report.html"
     summary = stats.summarize(raw)
     if json_out:
-        _emit({"id": raw["id"], "status": raw["status"], "error": raw["error"], "summary": summary})
+        _emit(
+            {
+                "id": raw["id"],
+                "status": raw["status"],
+                "error": raw["error"],
+                "report": str(report_path),
+                "summary": summary,
+            }
+        )
     else:
         _print_summary(raw, summary)
     return code

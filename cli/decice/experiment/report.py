@@ -53,12 +53,22 @@ def write(raw: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     for run in raw.get("runs", []):
         for pod in run.get("pods", []):
             row = {**pod, "repetition": run["repetition"], "arm": run["arm"]}
-            writer.writerow(["" if row.get(c) is None else row.get(c) for c in CSV_COLUMNS])
+            writer.writerow([_cell(row.get(c)) for c in CSV_COLUMNS])
     paths["csv"].write_text(buffer.getvalue(), "utf-8")
     paths["html"].write_text(render(raw, summary), "utf-8")
     for path in paths.values():
         path.chmod(0o644)
     return paths
+
+
+def _cell(value: Any) -> Any:
+    """A CSV cell; text that a spreadsheet would run as a formula (a pod's reason comes
+    from the cluster) gets a leading apostrophe."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
 
 
 # ------------------------------------------------------------------------ plots
@@ -292,8 +302,9 @@ def render(raw: dict[str, Any], summary: dict[str, Any]) -> str:
     parts.append(f"<h2>Experiment file</h2><pre>{e(raw.get('experiment_text', ''))}</pre>")
     parts.append(f"<h2>Cluster spec</h2><pre>{e(raw['spec'].get('text', ''))}</pre>")
     parts.append(
-        "<p>Raw data: <code>raw.json</code>, <code>pods.csv</code>, <code>summary.json</code> "
-        "beside this file. Definitions: docs/experiments.md.</p></body></html>"
+        "<p>Raw data beside this file: <a href='raw.json'>raw.json</a>, "
+        "<a href='pods.csv'>pods.csv</a>, <a href='summary.json'>summary.json</a>. "
+        "Definitions: docs/experiments.md.</p></body></html>"
     )
     return "\n".join(parts)
 

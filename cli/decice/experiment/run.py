@@ -263,8 +263,11 @@ def _scheduler_counters(plan: Plan) -> dict[str, float] | None:
     return out
 
 
-def execute(path: Path, *, say: Say, view: View, up: bool = True) -> tuple[int, dict[str, Any]]:
-    """Run the experiment; (exit code, raw data). Writes the report in every case."""
+def execute(
+    path: Path, *, say: Say, view: View, up: bool = True
+) -> tuple[int, dict[str, Any], Path]:
+    """Run the experiment; (exit code, raw data, its directory). Writes the report in
+    every case."""
     plan = make_plan(path)
     state_dir = plan.spec.state_dir
     records.ensure_dir(state_dir)
@@ -288,7 +291,7 @@ def execute(path: Path, *, say: Say, view: View, up: bool = True) -> tuple[int, 
             run.save()
             paths = report.write(run.raw, run.dir)
             say("report", {k: str(v) for k, v in paths.items()})
-        return code, run.raw
+        return code, run.raw, run.dir
 
 
 def _run_all(plan: Plan, run: _Run, view: View, up: bool) -> None:
