@@ -101,7 +101,7 @@ def test_a_missing_spec_and_a_disabled_scheduler_are_named(tmp_path: Path) -> No
     path = _write(tmp_path, "spec: nowhere.yaml\n" + EXPERIMENT)
     result = _plan_cli(path)
     assert result.exit_code == 2
-    assert f"{path}:1: spec:" in result.output and "is not a file" in result.output
+    assert f"{path}:1:7: spec:" in result.output and "is not a file" in result.output
 
     (tmp_path / "cluster.yaml").write_text("name: c\ntarget: sim\nscheduler: {enabled: false}\n")
     path = _write(tmp_path, "spec: cluster.yaml\n" + EXPERIMENT)

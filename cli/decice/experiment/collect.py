@@ -73,16 +73,8 @@ class ArmRun:
         data["pods"] = [asdict(p) for p in self.pods.values()]
         return data
 
-    @property
-    def done(self) -> int:
-        return sum(1 for p in self.pods.values() if p.finished is not None)
 
-    @property
-    def scheduled(self) -> int:
-        return sum(1 for p in self.pods.values() if p.scheduled is not None)
-
-
-Progress = Callable[[ArmRun], None]
+Progress = Callable[[int, int, int], None]  # pods scheduled, pods ended, pods in all
 
 
 def _node_summary(node: dict[str, Any]) -> dict[str, Any]:
@@ -107,12 +99,19 @@ class _Watcher:
         self.progress = progress
         self.all_done = asyncio.Event()
         self.submitted_all = False
+        self.scheduled = 0  # pods seen with a node
+        self.ended = 0  # pods with a `finished` time
 
     def now(self) -> float:
         return asyncio.get_running_loop().time() - self.t0
 
+    def tell(self) -> None:
+        """Progress out; the arm is done once every pod was submitted and has ended."""
+        self.progress(self.scheduled, self.ended, len(self.run.pods))
+        self.check_done()
+
     def check_done(self) -> None:
-        if self.submitted_all and all(p.finished is not None for p in self.run.pods.values()):
+        if self.submitted_all and self.ended == len(self.run.pods):
             self.all_done.set()
 
     def see_pod(self, obj: dict[str, Any]) -> None:
@@ -130,20 +129,21 @@ class _Watcher:
         changed = False
         if node and record.scheduled is None:
             record.scheduled = now
+            self.scheduled += 1
             changed = True
         record.node = node or record.node
         if phase == "Running" and record.running is None:
             record.running = now
         if phase in TERMINAL and record.finished is None:
             record.finished = now
+            self.ended += 1
             if record.scheduled is not None and record.running is None:
                 record.running = now
             changed = True
-        if changed:
-            self.progress(self.run)
         record.phase = phase
         _api_times(record, obj)
-        self.check_done()
+        if changed:
+            self.tell()
 
     async def pods(self, resource_version: str) -> None:
         path = f"/api/v1/namespaces/{self.run.namespace}/pods"
@@ -243,11 +243,11 @@ async def _submit(
             record.created = answered if record.created is None else min(record.created, answered)
         if not 200 <= status < 300:
             record.finished = record.created
+            watcher.ended += 1
             record.phase = "NotCreated"
             record.reason = f"HTTP {status}"
             record.message = str((body or {}).get("message", ""))[:500]
-            watcher.progress(run)
-            watcher.check_done()
+            watcher.tell()
 
     pending: list[asyncio.Task[None]] = []
     for plan in plans:
@@ -282,6 +282,7 @@ async def execute(
     experiment_id: str,
     timeout: float,
     progress: Progress,
+    token_secret: bool = False,
 ) -> None:
     """Run ``plans`` in ``run.namespace`` (created here) until every pod ended or
     ``timeout``; ``run`` is filled as it goes (a caller that is interrupted keeps what
@@ -301,7 +302,7 @@ async def execute(
         "metadata": {"name": run.namespace, "labels": {EXPERIMENT_LABEL: experiment_id}},
     }
     await client.request("POST", "/api/v1/namespaces", body=body, ok_status=())
-    await _service_account_ready(client, run.namespace)
+    await _service_account_ready(client, run.namespace, token_secret=token_secret)
     nodes, _ = await client.list_all("/api/v1/nodes")
     run.nodes = [_node_summary(n) for n in nodes]
     _items, rv = await client.list_all(f"/api/v1/namespaces/{run.namespace}/pods")
@@ -315,13 +316,15 @@ async def execute(
         asyncio.create_task(watcher.events()),
         asyncio.create_task(_submit(client, watcher, plans, manifests)),
     ]
+    submit = tasks[2]
+    done_wait = asyncio.create_task(watcher.all_done.wait())
     try:
-        done_wait = asyncio.create_task(watcher.all_done.wait())
-        finished, _ = await asyncio.wait([done_wait, tasks[2]], timeout=timeout)
-        if tasks[2] in finished and tasks[2].exception() is not None:
-            raise tasks[2].exception()  # type: ignore[misc]
-        if done_wait not in finished:
-            await asyncio.wait([done_wait], timeout=max(0.0, timeout - (loop.time() - t0)))
+        # every pod ended (which needs the submitter done), the submitter failed, or timeout
+        await asyncio.wait(
+            [done_wait, submit], timeout=timeout, return_when=asyncio.FIRST_EXCEPTION
+        )
+        if submit.done() and submit.exception() is not None:
+            raise submit.exception()  # type: ignore[misc]
         run.status = "complete" if watcher.all_done.is_set() else "timeout"
         await _final_read(client, watcher)
     finally:
@@ -331,17 +334,16 @@ async def execute(
         await asyncio.gather(*tasks, done_wait, return_exceptions=True)
 
 
-async def _service_account_ready(client: Client, namespace: str) -> None:
+async def _service_account_ready(client: Client, namespace: str, *, token_secret: bool) -> None:
     """Wait for the namespace's ``default`` ServiceAccount (pods are refused until the
-    controller made it) and, before Kubernetes 1.24, its token Secret."""
-    version = await client.get("/version")
-    minor = int("".join(c for c in str(version.get("minor", "0")) if c.isdigit()) or 0)
+    controller made it) and, with ``token_secret`` (Kubernetes before 1.24), its token
+    Secret."""
     path = f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
     loop = asyncio.get_running_loop()
     deadline = loop.time() + SERVICE_ACCOUNT_TIMEOUT
     while True:
         status, body = await client.request("GET", path)
-        if status == 200 and (minor >= 24 or (body or {}).get("secrets")):
+        if status == 200 and (not token_secret or (body or {}).get("secrets")):
             return
         if loop.time() > deadline:
             raise ApiError("GET", path, status, f"no usable default ServiceAccount in {namespace}")

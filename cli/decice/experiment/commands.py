@@ -58,7 +58,7 @@ class _Progress:
             if self.live is not None:
                 self.live.update(self._line())
             return
-        self._stop_live()
+        self.stop()
         if event == "start":
             _err.print(f"experiment run {data['id']}: {data['dir']}")
         elif event == "cluster":
@@ -80,7 +80,7 @@ class _Progress:
         elif event == "waiting":
             _err.print(f"waiting for another experiment run on this state dir ({data['lock']})")
 
-    def _stop_live(self) -> None:
+    def stop(self) -> None:
         if self.live is not None:
             self.live.stop()
             self.live = None
@@ -113,7 +113,7 @@ def execute(path: Path, *, json_out: bool, up: bool) -> int:
     try:
         code, raw, run_dir = run.execute(path, say=progress, view=view, up=up)
     finally:
-        progress._stop_live()
+        progress.stop()
     report_path = run_dir / "report.html"
     summary = stats.summarize(raw)
     if json_out:

@@ -231,18 +231,15 @@ def load(path: Path) -> LoadedExperiment:
             f"{path}: cannot read the experiment file: {exc}\n"
             "    fix: give a readable UTF-8 text file"
         ) from None
-    experiment, _doc = spec_module.validate_yaml(
+    experiment, doc = spec_module.validate_yaml(
         text, str(path), Experiment, "start from the example in docs/experiments.md"
     )
     loaded = LoadedExperiment(experiment, path, text)
     spec_path = loaded.spec_path
     if spec_path is not None and not spec_path.is_file():
-        line = next(
-            (n for n, row in enumerate(text.splitlines(), 1) if row.lstrip().startswith("spec:")),
-            1,
-        )
+        pos = doc.locate(("spec",))
         raise InputError(
-            f"{path}:{line}: spec: {spec_path} is not a file\n"
+            f"{path}:{pos.line}:{pos.column}: spec: {spec_path} is not a file\n"
             "    fix: name the cluster spec relative to the experiment file, "
             "or leave spec out for the built-in sim spec"
         )

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from decice import filelock, interrupt, lifecycle, records, spec, versions
+from decice import __version__, filelock, interrupt, lifecycle, records, spec, versions
 from decice.errors import EXIT_OK, EXIT_RUN_FAILED, InputError, RunFailedError
 from decice.experiment import collect, model, report, workload
 from decice.experiment.store import RAW_NAME, experiments_dir
@@ -64,15 +64,6 @@ class Plan:
                 "last_arrival": max((p.at for p in self.pods), default=0.0),
             },
         }
-
-
-def _own_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("decice")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def _source(loaded: model.LoadedExperiment) -> str:
@@ -138,7 +129,7 @@ class _Run:
                 "target": plan.spec.spec.target,
                 "text": plan.spec.text,
             },
-            "versions": {"decice": _own_version(), **versions.summary()},
+            "versions": {"decice": __version__, **versions.summary()},
             "workload": {
                 "source": _source(plan.loaded),
                 "seed": None if gen is None else gen.seed,
@@ -174,20 +165,21 @@ def _cluster(command: str, plan: Plan, run: _Run, view: View) -> None:
         )
 
 
-async def _cluster_ready(kubeconfig: Path) -> tuple[list[str], str]:
+async def _cluster_ready(kubeconfig: Path) -> tuple[list[str], dict[str, Any]]:
     """Delete the namespaces a killed experiment run left; (their names, the API server's
-    version)."""
+    /version)."""
     from decice_scheduler.client import Client
 
     async with Client.from_kubeconfig(kubeconfig, user_agent="decice-experiment") as client:
         names = await collect.leftover_namespaces(client)
         for name in names:
             await collect.delete_namespace(client, name)
-        version = await client.get("/version")
-        return names, str((version or {}).get("gitVersion", ""))
+        return names, await client.get("/version") or {}
 
 
-async def _arm(kubeconfig: Path, run: _Run, arm_run: collect.ArmRun, arm: model.Arm) -> None:
+async def _arm(
+    kubeconfig: Path, run: _Run, arm_run: collect.ArmRun, arm: model.Arm, token_secret: bool
+) -> None:
     from decice_scheduler.client import Client
 
     plan = run.plan
@@ -206,14 +198,11 @@ async def _arm(kubeconfig: Path, run: _Run, arm_run: collect.ArmRun, arm: model.
     }
     last = [0.0]
 
-    def progress(current: collect.ArmRun) -> None:
+    def progress(scheduled: int, done: int, total: int) -> None:
         now = time.monotonic()
-        if now - last[0] >= 1.0 or current.done == len(current.pods):
+        if now - last[0] >= 1.0 or done == total:
             last[0] = now
-            run.say(
-                "pods",
-                {"scheduled": current.scheduled, "done": current.done, "total": len(current.pods)},
-            )
+            run.say("pods", {"scheduled": scheduled, "done": done, "total": total})
 
     before = _scheduler_counters(plan)
     async with Client.from_kubeconfig(kubeconfig, user_agent="decice-experiment") as client:
@@ -226,6 +215,7 @@ async def _arm(kubeconfig: Path, run: _Run, arm_run: collect.ArmRun, arm: model.
                 experiment_id=run.id,
                 timeout=exp.timeout,
                 progress=progress,
+                token_secret=token_secret,
             )
         except asyncio.CancelledError:
             arm_run.status = "interrupted"
@@ -299,6 +289,7 @@ def _run_all(plan: Plan, run: _Run, view: View, up: bool) -> None:
     arms = {a.name: a for a in exp.arms}
     kubeconfig = kubeconfig_path(plan.spec.state_dir)
     current_rep = 0
+    token_secret = False
     for rep, arm_name in plan.order:
         if rep != current_rep:
             if exp.slate == "reset" and rep > 1:
@@ -314,7 +305,10 @@ def _run_all(plan: Plan, run: _Run, view: View, up: bool) -> None:
                     )
                 with interrupt.handling():
                     left, server = asyncio.run(_cluster_ready(kubeconfig))
-                run.raw["versions"]["kube-apiserver"] = server
+                run.raw["versions"]["kube-apiserver"] = str(server.get("gitVersion", ""))
+                minor = "".join(c for c in str(server.get("minor", "")) if c.isdigit())
+                # before 1.24 a pod needs its ServiceAccount's token Secret
+                token_secret = int(minor or 0) < 24
                 if left:
                     run.raw["notes"].append(
                         "deleted namespaces a killed experiment run left: " + ", ".join(left)
@@ -331,7 +325,7 @@ def _run_all(plan: Plan, run: _Run, view: View, up: bool) -> None:
         run.say("arm", {"repetition": rep, "of": exp.repetitions, "arm": arm_name})
         try:
             with interrupt.handling():
-                asyncio.run(_arm(kubeconfig, run, arm_run, arm))
+                asyncio.run(_arm(kubeconfig, run, arm_run, arm, token_secret))
         except KeyboardInterrupt:
             arm_run.status = "interrupted"
             raise

@@ -18,14 +18,18 @@ def experiments_dir(state_dir: Path) -> Path:
     return state_dir / EXPERIMENTS_DIR
 
 
+def _raw_files(state_dir: Path) -> list[Path]:
+    """Every run's raw.json, oldest first (by when the run last saved it)."""
+    root = experiments_dir(state_dir)
+    if not root.is_dir():
+        return []
+    return sorted(root.glob(f"*/{RAW_NAME}"), key=lambda p: (p.stat().st_mtime, p.name))
+
+
 def find(state_dir: Path, ref: str) -> Path:
     """An experiment run's directory by id, unique id prefix or ``last``."""
     root = experiments_dir(state_dir)
-    runs = (
-        sorted((p for p in root.glob(f"*/{RAW_NAME}")), key=lambda p: p.stat().st_mtime)
-        if root.is_dir()
-        else []
-    )
+    runs = _raw_files(state_dir)
     if not runs:
         raise InputError(
             f"{root}: no experiment runs yet\n    fix: `decice experiment run EXP.yaml`"
@@ -44,16 +48,15 @@ def find(state_dir: Path, ref: str) -> Path:
 
 def listing(state_dir: Path) -> list[dict[str, Any]]:
     """Every experiment run of the state directory, oldest first."""
-    root = experiments_dir(state_dir)
     out: list[dict[str, Any]] = []
-    for raw_path in sorted(root.glob(f"*/{RAW_NAME}")) if root.is_dir() else []:
+    for raw_path in _raw_files(state_dir):
         try:
             raw = report.load_raw(raw_path)
         except (OSError, ValueError) as exc:
             out.append({"id": raw_path.parent.name, "status": f"unreadable: {exc}"})
             continue
         status = raw.get("status")
-        if status == "running" and not _held(raw_path.parent.parent / ".lock"):
+        if status == "running" and not filelock.is_held(raw_path.parent.parent / ".lock"):
             status = "interrupted"  # killed outright: nobody holds the lock
         out.append(
             {
@@ -79,7 +82,3 @@ def cluster_links(state_dir: Path) -> dict[str, str]:
         for row in listing(state_dir)
         for cluster_run in row.get("cluster_runs") or []
     }
-
-
-def _held(lock_path: Path) -> bool:
-    return filelock.is_held(lock_path)
