@@ -7,6 +7,7 @@ Exit codes: 0 ok, 1 a run failed, 2 bad input (nothing touched), 3 another run h
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,7 +24,8 @@ app = typer.Typer(
     "and return every host to a clean slate.",
     epilog=EPILOG,
     no_args_is_help=True,
-    add_completion=False,
+    # --install-completion / --show-completion [bash|zsh|fish|powershell]
+    add_completion=True,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
 )
@@ -64,6 +66,27 @@ OnlyOpt = Annotated[
 SkipOpt = Annotated[
     list[str] | None, typer.Option("--skip", help="Skip these phases (comma-separated).")
 ]
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from decice import __version__
+
+        print(f"decice {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Bring up a hybrid cloud-edge-HPC Kubernetes stack, run an experiment, and return every
+    host to a clean slate."""
 
 
 def _guard(work: Callable[[], int]) -> None:
@@ -177,6 +200,24 @@ def plan(
         return commands.show_plan(spec, json_out=json_out, only=only, skip=skip)
 
     _guard(work)
+
+
+class Shell(StrEnum):
+    bash = "bash"
+    zsh = "zsh"
+    fish = "fish"
+    powershell = "powershell"
+
+
+@app.command()
+def completion(
+    shell: Annotated[Shell, typer.Argument(help="The shell to complete decice in.")],
+) -> None:
+    """Print the shell completion script for SHELL (e.g. `source <(decice completion bash)`;
+    --install-completion installs it for the shell you are in)."""
+    from typer.completion import get_completion_script
+
+    print(get_completion_script(prog_name="decice", complete_var="_DECICE_COMPLETE", shell=shell))
 
 
 @app.command()

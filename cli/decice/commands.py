@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from functools import partial
@@ -11,7 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-from decice import history, interrupt, lifecycle, plan, records, spec, starter
+from decice import history, interrupt, jsonout, lifecycle, plan, records, spec, starter
 from decice.errors import EXIT_OK, EXIT_RUN_FAILED, InputError
 from decice.progress import JsonLinesView, LiveView, View, print_summary
 
@@ -19,14 +18,12 @@ _out = Console(highlight=False, soft_wrap=True)
 _err = Console(stderr=True, highlight=False)
 
 
-def _emit_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
-
-
-def _report(json_out: bool, data: Callable[[], Any], render: Callable[[Console], None]) -> int:
+def _report(
+    json_out: bool, data: Callable[[], dict[str, Any]], render: Callable[[Console], None]
+) -> int:
     """``data()`` as JSON on stdout with --json, else ``render`` to the console."""
     if json_out:
-        _emit_json(data())
+        jsonout.emit(data())
     else:
         render(_out)
     return EXIT_OK
@@ -65,7 +62,7 @@ def run_lifecycle(
     view: View = JsonLinesView(sys.stderr) if json_out else LiveView(_err, verbose=verbose > 0)
     record = lifecycle.execute(command, loaded, options, view)
     if json_out:
-        _emit_json(record.to_dict())
+        jsonout.emit(record.to_dict())
     else:
         print_summary(record, _err)
     if record.status == "interrupted":
@@ -97,7 +94,7 @@ def list_runs(spec_path: Path | None, *, json_out: bool) -> int:
     links = cluster_links(loaded.state_dir)
     return _report(
         json_out,
-        lambda: [{**history.brief(r), "experiment": links.get(r.id)} for r in runs],
+        lambda: {"runs": [{**history.brief(r), "experiment": links.get(r.id)} for r in runs]},
         partial(history.render_runs, runs, links=links),
     )
 
@@ -128,7 +125,7 @@ def _lab_settings(
 
 
 def _lab_summary(info: Any) -> dict[str, Any]:
-    data = info.to_dict()
+    data = {"exists": True, **info.to_dict()}
     data["slurm_env"] = info.slurm_env_file
     return data
 
@@ -149,7 +146,7 @@ def lab_create(
     with records.locked(loaded.state_dir, "lab create"):
         info = lab.create(lab_name, count, with_slurm, loaded.state_dir)
     if json_out:
-        _emit_json(_lab_summary(info))
+        jsonout.emit(_lab_summary(info))
     else:
         _render_lab(info)
     return EXIT_OK
@@ -162,7 +159,7 @@ def lab_destroy(spec_path: Path | None, *, name: str | None, json_out: bool) -> 
     with records.locked(loaded.state_dir, "lab destroy"):
         existed = lab.destroy(lab_name, loaded.state_dir)
     if json_out:
-        _emit_json({"name": lab_name, "destroyed": existed})
+        jsonout.emit({"name": lab_name, "destroyed": existed})
     else:
         _err.print(f"lab {lab_name}: " + ("destroyed" if existed else "nothing to destroy"))
     return EXIT_OK
@@ -175,11 +172,11 @@ def lab_status(spec_path: Path | None, *, name: str | None, json_out: bool) -> i
     info = lab.status(lab_name, loaded.state_dir)
     if info is None:
         if json_out:
-            _emit_json(None)
+            jsonout.emit({"name": lab_name, "exists": False})
             return EXIT_OK
         raise InputError(f"no lab {lab_name!r} in {loaded.state_dir}\n    fix: decice lab create")
     if json_out:
-        _emit_json(_lab_summary(info))
+        jsonout.emit(_lab_summary(info))
     else:
         _render_lab(info)
     return EXIT_OK

@@ -609,12 +609,9 @@ def command(
     spec_path: Path | None, *, dest: Path | None, source: str | None, json_out: bool
 ) -> int:
     """`decice mirror sync`: check every input first, then sync; 0 all synced, 1 not."""
-    import json
-    import sys
-
     from rich.console import Console
 
-    from decice import interrupt, spec
+    from decice import interrupt, jsonout, spec
     from decice.errors import EXIT_OK, EXIT_RUN_FAILED
     from decice.targets.base import helm_binary
 
@@ -629,7 +626,7 @@ def command(
     with interrupt.handling():
         result = sync(loaded, where, origin, helm, kubespray)
     if json_out:
-        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
+        jsonout.emit(result.to_dict())
     else:
         render(result, Console(highlight=False, soft_wrap=True))
     return EXIT_OK if result.ok else EXIT_RUN_FAILED

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from typing import IO, Any, Protocol
@@ -12,6 +11,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from decice import jsonout
 from decice.records import PhaseRecord, RunRecord
 from decice.runner import Event, HostResult, PlayStarted
 
@@ -229,7 +229,7 @@ class JsonLinesView:
             "elapsed": elapsed,
             "detail": detail,
         }
-        self.stream.write(json.dumps({"progress": body}) + "\n")
+        self.stream.write(jsonout.line({"progress": body}))
         self.stream.flush()
 
     def _emit(self, heartbeat: bool = False) -> None:
@@ -260,7 +260,7 @@ class JsonLinesView:
 
     def note(self, text: str) -> None:
         with self._lock:
-            self.stream.write(json.dumps({"note": text}) + "\n")
+            self.stream.write(jsonout.line({"note": text}))
             self.stream.flush()
 
     def stop(self) -> None:

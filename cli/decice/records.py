@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from decice import atomicfile, paths, proctree
+from decice import atomicfile, jsonout, paths, proctree
 from decice.errors import InputError, LockHeldError
 
 LOCK_NAME = paths.STATE_LOCK_NAME
@@ -285,12 +285,16 @@ class RunRecord:
         raise KeyError(name)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The record as ``record.json`` and ``--json`` hold it (``format_version`` first)."""
+        return jsonout.document(asdict(self))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
-        phases = [PhaseRecord(**p) for p in data.get("phases", [])]
-        return cls(**{**data, "phases": phases})
+        """A record from its JSON; one without ``format_version`` predates it (format 1)."""
+        jsonout.check_readable(data)
+        fields = {k: v for k, v in data.items() if k != jsonout.KEY}
+        phases = [PhaseRecord(**p) for p in fields.get("phases", [])]
+        return cls(**{**fields, "phases": phases})
 
 
 def is_killed(record: RunRecord) -> bool:

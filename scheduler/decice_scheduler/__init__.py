@@ -2,7 +2,19 @@
 
 import sys
 
-__version__ = "0.1.0"
+
+def version() -> str:
+    """The version of the installed decice distribution, which ships this package: one
+    source (``decice/__init__.py``, read by the wheel's build), looked up only when asked
+    (importlib.metadata costs milliseconds at every start otherwise)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as distribution_version
+
+    try:
+        return distribution_version("decice")
+    except PackageNotFoundError:
+        return "unknown (decice is not installed)"
+
 
 # httpx imports its command-line client (click, rich, pygments) whenever those are
 # installed: about 0.1 s of CPU at every start of the scheduler and of its event writer

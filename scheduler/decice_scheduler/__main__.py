@@ -27,6 +27,21 @@ if TYPE_CHECKING:
     from decice_scheduler.scores import ScoreSettings
 
 
+class _PrintVersion(argparse.Action):
+    """--version: looks the version up only when given."""
+
+    def __init__(self, option_strings: list[str], dest: str, **_kwargs: object) -> None:
+        super().__init__(
+            option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="print the version"
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object, **_kwargs: object) -> None:
+        from decice_scheduler import version
+
+        print(f"decice-scheduler {version()}")
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     # no abbreviations: "--debug-token <secret>" must not pass for --debug-token-file
     parser = argparse.ArgumentParser(
@@ -35,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
+    parser.add_argument("--version", action=_PrintVersion)
     parser.add_argument("--kubeconfig", help="kubeconfig of the cluster to schedule for")
     parser.add_argument("--scheduler-name", default="decice-scheduler")
     parser.add_argument("--qps", type=float, default=50.0, help="binds per second (token rate)")

@@ -79,12 +79,11 @@ def first_run(work: Path) -> dict[str, Any]:
     result = run_decice(work, "experiment", "run", "exp.yaml", "--json", timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
     out = json.loads(result.stdout)
+    assert out["format_version"] == 1
     raw_dir = work / ".decice" / "experiments" / out["id"]
-    progress = [
-        json.loads(line)["experiment"]
-        for line in result.stderr.splitlines()
-        if line.startswith('{"experiment"')
-    ]
+    lines = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    assert lines and {line.pop("format_version") for line in lines} == {1}
+    progress = [line["experiment"] for line in lines if "experiment" in line]
     return {"out": out, "dir": raw_dir, "progress": progress, "stderr": result.stderr}
 
 
@@ -165,9 +164,9 @@ def test_two_arms_two_repetitions_end_to_end(work: Path, first_run: dict[str, An
 
     # the namespaces are gone, and the run records name the experiment
     assert _experiment_namespaces(_kube(work)) == []
-    runs = json.loads(run_decice(work, "runs", "--json").stdout)
+    runs = json.loads(run_decice(work, "runs", "--json").stdout)["runs"]
     assert [r["experiment"] for r in runs if r["id"] in raw["cluster_runs"]] == [raw["id"]]
-    listed = json.loads(run_decice(work, "experiment", "list", "--json").stdout)
+    listed = json.loads(run_decice(work, "experiment", "list", "--json").stdout)["experiments"]
     assert [(e["id"], e["status"], e["runs_done"]) for e in listed] == [(raw["id"], "complete", 4)]
 
 
@@ -264,7 +263,7 @@ def test_ctrl_c_leaves_a_partial_report_and_no_namespace(
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-3000:]
-    listed = json.loads(run_decice(work, "experiment", "list", "--json").stdout)
+    listed = json.loads(run_decice(work, "experiment", "list", "--json").stdout)["experiments"]
     latest = listed[-1]
     assert latest["status"] == "interrupted" and latest["runs_done"] == 0
     raw = json.loads((Path(latest["report"]).parent / "raw.json").read_text())
@@ -285,7 +284,7 @@ def test_a_killed_run_is_listed_interrupted_and_a_clean_slate_run_deletes_its_na
     api = _kube(work)
     left = _experiment_namespaces(api)
     assert len(left) == 1
-    listed = json.loads(run_decice(work, "experiment", "list", "--json").stdout)
+    listed = json.loads(run_decice(work, "experiment", "list", "--json").stdout)["experiments"]
     assert listed[-1]["status"] == "interrupted"  # raw.json says running; no one holds the lock
 
     # the next run: each repetition from a clean slate (reset + up before the second)
@@ -304,7 +303,8 @@ def test_a_killed_run_is_listed_interrupted_and_a_clean_slate_run_deletes_its_na
         (2, "complete"),
     ]
     assert all(p["phase"] == "Succeeded" for r in raw["runs"] for p in r["pods"])
-    runs = {r["id"]: r for r in json.loads(run_decice(work, "runs", "--json").stdout)}
+    listed_runs = json.loads(run_decice(work, "runs", "--json").stdout)["runs"]
+    runs = {r["id"]: r for r in listed_runs}
     made = [runs[i] for i in raw["cluster_runs"]]
     assert [(r["command"], r["status"], r["experiment"]) for r in made] == [
         ("up", "ok", raw["id"]),

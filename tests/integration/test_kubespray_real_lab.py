@@ -8,11 +8,12 @@ exit 1 with "not in the mirror" naming the file and `decice mirror sync`, well u
 10 minutes, and the run record saying how far Kubespray got. Lab nodes share this
 machine's kernel: its swap, the sysctls Kubespray sets and the modules it loads must be
 the same afterwards. Plain `ansible-playbook -i <lab inventory> playbooks/reset.yml --tags
-kubernetes` runs the real reset.yml through the kubernetes role's decice.hybrid.kubespray
-action (decice's same Kubespray code; that the plain up.yml reaches the same action and
-reports a missing file the same way is tests/unit/test_kubespray_action.py's, without a
-second Kubespray run of two minutes). Then `decice reset --yes` runs the real
-reset.yml (HPC-safe vars) once more with restore and verify: ssh to every node still works
+kubernetes` (no -e for the target: the lab's inventory says decice_target: lab) runs the
+real reset.yml through the kubernetes role's decice.hybrid.kubespray action (decice's same
+Kubespray code; that the plain up.yml reaches the same action and reports a missing file
+the same way is tests/unit/test_kubespray_action.py's, without a second Kubespray run of
+two minutes). Then `decice reset --yes` runs the real reset.yml (HPC-safe vars) once more
+with restore and verify: ssh to every node still works
 and `decice verify` is clean.
 
 The lab is the test's own (the session's plain lab has 2 nodes, the issue asks for 3),
@@ -117,7 +118,8 @@ def plain_kubernetes(
     work: Path, name: str, mirror: Path, playbook: str
 ) -> subprocess.CompletedProcess[str]:
     """`ansible-playbook -i <lab inventory> playbooks/<playbook> --tags kubernetes` (the role
-    runs the decice.hybrid.kubespray action: decice's Kubespray code) on the CLI's state dir."""
+    runs the decice.hybrid.kubespray action: decice's Kubespray code) on the CLI's state dir,
+    with no hidden flag: the target comes from the inventory `decice lab` wrote."""
     info = lab.status(name, work / ".decice")
     assert info is not None
     return subprocess.run(
@@ -133,7 +135,6 @@ def plain_kubernetes(
                 {
                     "decice_state_dir": str(work / ".decice"),
                     "kubernetes_mirror": str(mirror),
-                    "kubernetes_target": "lab",
                 }
             ),
         ],

@@ -34,6 +34,7 @@ def test_up_creates_lab_then_verify_and_destroy(tmp_path: Path) -> None:
         assert cpdir.parent.name == f"decice-ssh-{os.getuid()}", cpdir
         assert any(p.is_socket() for p in cpdir.iterdir()), sorted(cpdir.iterdir())
         status = json.loads(run_decice(tmp_path, "lab", "status", "--json", timeout=900).stdout)
+        assert (status["format_version"], status["exists"]) == (1, True)
         assert [n["name"] for n in status["nodes"]] == ["node1", "node2"]
         assert Path(status["inventory"]).is_file() and Path(status["ssh_config"]).is_file()
         assert status["slurm_env"] is None

@@ -46,7 +46,7 @@ def test_up_records_phases_versions_and_is_idempotent(workdir: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     assert "preflight" in shown.stdout and "baseline" in shown.stdout
     assert "v2.29.1" in shown.stdout
-    listed = json.loads(run_decice(workdir, "runs", "--json", timeout=600).stdout)
+    listed = json.loads(run_decice(workdir, "runs", "--json", timeout=600).stdout)["runs"]
     assert [r["id"] for r in listed] == [record["id"], again["id"]]
 
 

@@ -17,7 +17,18 @@ from decice.app import app
 pytestmark = pytest.mark.unit
 
 DECICE = [sys.executable, "-m", "decice"]
-COMMANDS = ("up", "down", "reset", "verify", "status", "plan", "runs", "init", "experiment")
+COMMANDS = (
+    "up",
+    "down",
+    "reset",
+    "verify",
+    "status",
+    "plan",
+    "runs",
+    "init",
+    "experiment",
+    "completion",
+)
 
 
 def test_help_lists_every_command_and_exit_codes() -> None:
@@ -114,12 +125,17 @@ def test_runs_and_status_on_fresh_dir(tmp_path: Path) -> None:
     runs = subprocess.run(
         [*DECICE, "runs", "--json"], capture_output=True, text=True, cwd=tmp_path, check=True
     )
-    assert json.loads(runs.stdout) == []
+    assert json.loads(runs.stdout) == {"format_version": 1, "runs": []}
     status = subprocess.run(
         [*DECICE, "status", "--json"], capture_output=True, text=True, cwd=tmp_path, check=True
     )
     data = json.loads(status.stdout)
     assert data["lock"] is None and data["last_run"] is None
+    assert data["format_version"] == 1
+    lab = subprocess.run(
+        [*DECICE, "lab", "status", "--json"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert json.loads(lab.stdout) == {"format_version": 1, "name": "lab", "exists": False}
     missing = subprocess.run(
         [*DECICE, "runs", "show", "nope"], capture_output=True, text=True, cwd=tmp_path, check=False
     )
@@ -169,3 +185,131 @@ def test_concurrent_up_exits_3_and_touches_nothing(tmp_path: Path) -> None:
     finally:
         holder.communicate("\n")
     assert records.current_holder(state) is None
+
+
+def test_version_of_each_command_comes_from_one_source() -> None:
+    """decice, decice-scheduler and the interLink plugin print one version: decice's
+    ``__version__`` (the wheel's build reads it; the scheduler asks the installed
+    distribution); galaxy.yml, which cannot read it, must say the same."""
+    import yaml
+
+    from decice import __version__
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert (result.exit_code, result.output) == (0, f"decice {__version__}\n")
+    for module, prog in (
+        ("decice_scheduler", "decice-scheduler"),
+        ("decice.interlink", "decice-interlink-slurm"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", module, "--version"], capture_output=True, text=True, check=False
+        )
+        assert (done.returncode, done.stdout) == (0, f"{prog} {__version__}\n"), done.stderr
+    galaxy = Path(__file__).parents[2] / "ansible_collections/decice/hybrid/galaxy.yml"
+    assert yaml.safe_load(galaxy.read_text())["version"] == __version__, f"{galaxy}: version"
+
+
+def test_shell_completion_script_and_completions(tmp_path: Path) -> None:
+    """`decice completion SHELL` prints the script for that shell; --show-completion and
+    --install-completion do it for the shell they run in (here bash); the completion the
+    script drives names decice's commands and subcommands."""
+    script = Path(sys.executable).parent / "decice"
+    for shell, mark in (
+        ("bash", "_DECICE_COMPLETE=complete_bash"),
+        ("zsh", "#compdef decice"),
+        ("fish", "complete --command decice"),
+        ("powershell", "Register-ArgumentCompleter"),
+    ):
+        done = subprocess.run(
+            [str(script), "completion", shell], capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0 and mark in done.stdout, (shell, done.stdout, done.stderr)
+    refused = subprocess.run(
+        [str(script), "completion", "tcsh"], capture_output=True, text=True, check=False
+    )
+    assert refused.returncode == 2 and "'tcsh' is not one of" in refused.stderr
+    env = {"PATH": f"{script.parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    shown = subprocess.run(
+        ["bash", "-c", "decice --show-completion; exit $?"], capture_output=True, text=True, env=env
+    )
+    assert shown.returncode == 0 and "_DECICE_COMPLETE=complete_bash" in shown.stdout, shown
+    installed = subprocess.run(
+        ["bash", "-c", "decice --install-completion; exit $?"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert installed.returncode == 0, installed.stderr
+    assert "bash completion installed in" in installed.stdout
+    assert (
+        "_DECICE_COMPLETE=complete_bash" in (tmp_path / ".bash_completions/decice.sh").read_text()
+    )
+    assert ".bash_completions/decice.sh" in (tmp_path / ".bashrc").read_text()
+
+    def complete(words: str) -> list[str]:
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "_DECICE_COMPLETE": "complete_bash",
+            "COMP_WORDS": words,
+            "COMP_CWORD": str(len(words.split()) - 1),
+        }
+        done = subprocess.run([str(script)], capture_output=True, text=True, env=env, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    assert complete("decice exp") == ["experiment"]
+    assert set(complete("decice experiment r")) == {"run", "report"}
+
+
+def test_scheduler_role_installs_the_scheduler_extra() -> None:
+    """The scheduler role's pip list is decice[scheduler], word for word, and every
+    package the scheduler imports from outside the standard library is in it."""
+    import ast
+    import tomllib
+
+    import yaml
+
+    root = Path(__file__).parents[2]
+    extra = tomllib.loads((root / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["scheduler"]
+    defaults = root / "ansible_collections/decice/hybrid/roles/scheduler/defaults/main.yml"
+    assert yaml.safe_load(defaults.read_text())["scheduler_pip_requirements"] == extra
+    distributions = {"httpx": "httpx", "yaml": "pyyaml", "prometheus_client": "prometheus-client"}
+    imported: set[str] = set()
+    for path in (root / "scheduler/decice_scheduler").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.split(".")[0])
+    outside = imported - set(sys.stdlib_module_names) - {"decice_scheduler", "__future__"}
+    assert outside <= set(distributions), outside
+    named = {req.split("[")[0].split(">")[0].split("=")[0] for req in extra}
+    assert {distributions[m] for m in outside} <= named, (outside, extra)
+
+
+def test_records_carry_their_format_and_a_newer_one_is_refused(tmp_path: Path) -> None:
+    """record.json starts with format_version; one without it predates it (format 1); one
+    of a newer format, or a version that is no number, is refused by name."""
+    from decice import jsonout
+
+    store = records.RunStore(tmp_path / ".decice")
+    record = records.RunRecord(
+        id="20250101T000000-aaaa",
+        command="up",
+        argv=["decice", "up"],
+        pid=1,
+        host="h",
+        spec="s",
+        spec_sha256="x",
+        target="sim",
+    )
+    store.create(record)
+    saved = json.loads((store.run_dir(record.id) / records.RECORD_NAME).read_text())
+    assert next(iter(saved)) == "format_version" and saved["format_version"] == 1
+    older = {k: v for k, v in saved.items() if k != "format_version"}
+    assert records.RunRecord.from_dict(older).to_dict() == saved
+    for bad in (jsonout.FORMAT_VERSION + 1, "1", 0, True):
+        with pytest.raises(ValueError, match=r"format_version .*not a format this decice reads"):
+            records.RunRecord.from_dict({**saved, "format_version": bad})

@@ -318,7 +318,8 @@ def test_collection_scan_finds_fqcns_in_tasks_roles_and_jinja(tmp_path: Path) ->
 
 @pytest.mark.unit
 def test_every_collection_used_is_declared_in_galaxy_yml() -> None:
-    """Every collection a role, playbook or plugin names by FQCN is a dependency."""
+    """Every collection a role, playbook or plugin names by FQCN is a dependency, and every
+    dependency is named somewhere."""
     declared = _declared_dependencies()
     missing = {
         name: sorted(files)
@@ -326,6 +327,8 @@ def test_every_collection_used_is_declared_in_galaxy_yml() -> None:
         if name not in declared
     }
     assert not missing, f"used but not in galaxy.yml dependencies: {missing}"
+    unused = sorted(set(declared) - set(_collections_used(COLLECTION)))
+    assert not unused, f"galaxy.yml declares dependencies nothing uses: {unused}"
 
 
 def test_declared_dependencies_are_installed_in_range() -> None:

@@ -58,7 +58,7 @@ def test_the_example_plans_with_interleaved_order_and_touches_nothing(tmp_path: 
     path = _write(tmp_path, EXPERIMENT)
     result = _plan_cli(path)
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["order"] == [[r, a] for r in (1, 2, 3) for a in ("decice", "kube")]
     assert data["workload"]["pods"] == 200
     assert data["target"] == "sim"  # no spec named, no decice.yaml beside it: the built-in
@@ -459,7 +459,7 @@ def test_report_is_written_again_by_id_prefix_last_or_directory(tmp_path: Path) 
         (run_dir / "report.html").unlink(missing_ok=True)
         result = runner.invoke(app, ["experiment", "report", ref, "-f", spec, "--json"])
         assert result.exit_code == 0, result.output
-        assert json.loads(result.output)["html"] == str(run_dir / "report.html")
+        assert json.loads(result.stdout)["html"] == str(run_dir / "report.html")
         assert (run_dir / "report.html").read_text().startswith("<!DOCTYPE html>")
     missing = runner.invoke(app, ["experiment", "report", "nope", "-f", spec])
     assert missing.exit_code == 2 and "no experiment run 'nope'" in missing.output
@@ -474,6 +474,6 @@ def test_list_shows_a_killed_run_interrupted_and_an_unreadable_one(tmp_path: Pat
         app, ["experiment", "list", "-f", str(tmp_path / "decice.yaml"), "--json"]
     )
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.output)
+    rows = json.loads(result.stdout)["experiments"]
     assert rows[0]["id"] == "a-1" and rows[0]["status"] == "interrupted"  # no lock held
     assert rows[1]["id"] == "b-2" and rows[1]["status"].startswith("unreadable")

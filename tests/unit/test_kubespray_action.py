@@ -433,3 +433,39 @@ def test_plain_ansible_playbook_check_mode_reaches_the_plugin(tmp_path: Path) ->
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "check mode, nothing done: would run kubespray v2.29.1 cluster.yml" in result.stdout
     assert not (tmp_path / "state").exists()
+
+
+def test_the_inventorys_target_must_match_the_tasks() -> None:
+    """`decice lab` writes decice_target: lab into its inventory: kubernetes_target reads it,
+    and a task told another target stops before Kubespray, naming the host and the fix; the
+    variable is taken out of what Kubespray gets."""
+    hostvars = {"node1": _View({**_host("10.0.0.1"), "decice_target": "lab"}), "node2": _View({})}
+    inventory = action.inventory_of(GROUPS, hostvars, {"decice_spec"})
+    with pytest.raises(action.ArgumentError) as caught:
+        action.take_target(inventory, "static")
+    assert str(caught.value) == (
+        "target static, but the inventory says host node1 is decice_target lab\n"
+        "    fix: leave kubernetes_target to its default (it reads decice_target), "
+        "or pass -e kubernetes_target=lab"
+    )
+    inventory = action.inventory_of(GROUPS, hostvars, {"decice_spec"})
+    action.take_target(inventory, "lab")
+    assert "decice_target" not in inventory["all"]["hosts"]["node1"]
+    assert "ip" in inventory["all"]["hosts"]["node1"]
+
+
+def test_role_defaults_read_the_inventorys_target() -> None:
+    """Without decice_spec (a plain ansible-playbook run), the roles' target comes from the
+    inventory's decice_target, else static; the CLI's decice_spec.target comes first."""
+    from ansible.template import Templar, trust_as_template
+
+    defaults = yaml.safe_load(
+        (REPO / "ansible_collections/decice/hybrid/roles/kubernetes/defaults/main.yml").read_text()
+    )
+    template = trust_as_template(defaults["kubernetes_target"])
+    for given, expected in (
+        ({}, "static"),
+        ({"decice_target": "lab"}, "lab"),
+        ({"decice_target": "lab", "decice_spec": {"target": "slurm"}}, "slurm"),
+    ):
+        assert Templar(loader=None, variables=given).template(template) == expected, given

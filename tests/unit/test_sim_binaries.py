@@ -16,7 +16,7 @@ from decice.errors import InputError
 from decice.sim import binaries as b
 from decice.sim.aptsrc import derive_sources
 from decice.sim.build import RECIPE_BINARIES, BuildRecipe, _parse_version
-from decice.sim.download import Download, DownloadRefused, downloads_from_mapping
+from decice.sim.download import Download, DownloadRefused
 from decice.sim.tools import BuildError, Tool, ensure_tools
 
 pytestmark = pytest.mark.unit
@@ -304,31 +304,13 @@ def test_offline_download_falls_back_to_the_offline_build(tmp_path: Path) -> Non
     assert builder.calls == 1
 
 
-def test_downloads_from_mapping_validates_entries() -> None:
-    table = {
-        "kubectl": {
-            "url": "https://example.invalid/kubectl",
-            "sha256": "AB" * 32,
-            "version": "v1.32.9",
-        },
-        "helm": {
-            "url": "https://example.invalid/helm.tar.gz",
-            "sha256": "cd" * 32,
-            "version": "v3.17.3",
-            "member": "linux-amd64/helm",
-        },
-    }
-    got = downloads_from_mapping(table, "versions.yml")
-    assert got["kubectl"].sha256 == "ab" * 32
-    assert got["helm"].member == "linux-amd64/helm"
+def test_a_download_without_a_good_sha256_is_refused() -> None:
+    ok = Download(url="https://example.invalid/kubectl", sha256="ab" * 32, version="v1.32.9")
+    ok.validate("versions.yml: kubectl")
     with pytest.raises(DownloadRefused, match=r"versions.yml: etcd.*no sha256"):
-        downloads_from_mapping(
-            {"etcd": {"url": "https://x.invalid/e", "version": "3.5"}}, "versions.yml"
-        )
-    with pytest.raises(InputError, match=r"unknown keys \['sha'\]"):
-        downloads_from_mapping({"etcd": {"url": "u", "version": "3", "sha": "x"}}, "v.yml")
-    with pytest.raises(InputError, match="missing version"):
-        downloads_from_mapping({"etcd": {"url": "u", "sha256": "a" * 64}}, "v.yml")
+        Download(url="https://x.invalid/e", sha256="", version="3.5").validate("versions.yml: etcd")
+    with pytest.raises(DownloadRefused, match="is not 64 hex digits"):
+        Download(url="https://x.invalid/e", sha256="xy", version="3.5").validate("v.yml: etcd")
 
 
 def test_a_build_reports_its_steps_with_the_log_path(tmp_path: Path) -> None:

@@ -316,6 +316,6 @@ def test_record_that_is_a_json_list_is_skipped_with_a_warning(command: str, tmp_
     assert f"warning: {bad}: not a run record" in result.stderr
     assert "fix: " in result.stderr
     data = json.loads(result.stdout)
-    ids = [run["id"] for run in data] if command == "runs" else [data["last_run"]["id"]]
+    ids = [run["id"] for run in data["runs"]] if command == "runs" else [data["last_run"]["id"]]
     assert ids == [good.id]
     assert bad.exists(), "a skipped record is left as it is"

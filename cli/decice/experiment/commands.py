@@ -3,7 +3,6 @@ print the result (a table, or JSON with ``--json``), show progress on stderr."""
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -14,17 +13,13 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from decice import spec
+from decice import jsonout, spec
 from decice.errors import EXIT_OK, InputError
 from decice.experiment import report, run, stats, store
 from decice.progress import JsonLinesView, LiveView, View
 
 _out = Console(highlight=False, soft_wrap=True)
 _err = Console(stderr=True, highlight=False)
-
-
-def _emit(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
 class _Progress:
@@ -50,8 +45,8 @@ class _Progress:
         self.state.update(data)
         elapsed = round(time.monotonic() - self.started, 1)
         if self.json_lines:
-            line = {"experiment": {"event": event, "elapsed": elapsed, **data}}
-            sys.stderr.write(json.dumps(line, default=str) + "\n")
+            body = {"event": event, "elapsed": elapsed, **data}
+            sys.stderr.write(jsonout.line({"experiment": body}))
             sys.stderr.flush()
             return
         if event == "pods":
@@ -90,7 +85,7 @@ def plan(path: Path, *, json_out: bool) -> int:
     made = run.make_plan(path)
     data = made.to_dict()
     if json_out:
-        _emit(data)
+        jsonout.emit(data)
         return EXIT_OK
     table = Table(title=f"experiment {data['name']}", show_header=False)
     for key in ("experiment", "spec", "target", "state_dir", "slate", "repetitions"):
@@ -117,7 +112,7 @@ def execute(path: Path, *, json_out: bool, up: bool) -> int:
     report_path = run_dir / "report.html"
     summary = stats.summarize(raw)
     if json_out:
-        _emit(
+        jsonout.emit(
             {
                 "id": raw["id"],
                 "status": raw["status"],
@@ -170,7 +165,7 @@ def rewrite_report(ref: str, spec_path: Path | None, *, json_out: bool) -> int:
         ) from None
     paths = report.write(raw, directory)
     if json_out:
-        _emit({k: str(v) for k, v in paths.items()})
+        jsonout.emit({k: str(v) for k, v in paths.items()})
     else:
         _out.print(f"report: {paths['html']}")
     return EXIT_OK
@@ -179,7 +174,7 @@ def rewrite_report(ref: str, spec_path: Path | None, *, json_out: bool) -> int:
 def list_runs(spec_path: Path | None, *, json_out: bool) -> int:
     rows = store.listing(_state_dir(spec_path))
     if json_out:
-        _emit(rows)
+        jsonout.emit({"experiments": rows})
         return EXIT_OK
     table = Table(title="experiment runs")
     for col in ("id", "status", "arms", "done", "started", "cluster runs"):

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from decice import records
+from decice import jsonout, records
 from decice.experiment import stats
 
 CSV_COLUMNS = (
@@ -46,7 +46,7 @@ def write(raw: dict[str, Any], out_dir: Path) -> dict[str, Path]:
         "csv": out_dir / "pods.csv",
         "html": out_dir / "report.html",
     }
-    records.write_json(paths["summary"], summary, mode=0o644)
+    records.write_json(paths["summary"], jsonout.document(summary), mode=0o644)
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(CSV_COLUMNS)
@@ -310,5 +310,9 @@ def render(raw: dict[str, Any], summary: dict[str, Any]) -> str:
 
 
 def load_raw(path: Path) -> dict[str, Any]:
+    """An experiment's raw.json; one written by a newer decice is refused (ValueError)."""
     data: dict[str, Any] = json.loads(path.read_text("utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"not a JSON object but a {type(data).__name__}")
+    jsonout.check_readable(data)
     return data

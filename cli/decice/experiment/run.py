@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from decice import __version__, filelock, interrupt, lifecycle, records, spec, versions
+from decice import __version__, filelock, interrupt, jsonout, lifecycle, records, spec, versions
 from decice.errors import EXIT_OK, EXIT_RUN_FAILED, InputError, RunFailedError
 from decice.experiment import collect, model, report, workload
 from decice.experiment.store import RAW_NAME, experiments_dir
@@ -114,6 +114,7 @@ class _Run:
         (self.dir / "experiment.yaml").write_text(plan.loaded.text, "utf-8")
         gen = exp.workload.generator
         self.raw: dict[str, Any] = {
+            jsonout.KEY: jsonout.FORMAT_VERSION,
             "id": self.id,
             "status": "running",
             "started": records.now(),

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from decice import __version__
 from decice.interlink import quantity, slurm
 from decice.interlink.errors import PluginError, UsageError
 from decice.interlink.jobscript import Defaults, Runtime
@@ -43,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="decice-interlink-slurm",
         description="interLink 0.6.2 plugin running pods as SLURM jobs, without root.",
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve the plugin API")
     serve.add_argument("--data-dir", required=True, type=Path, help="on a shared file system")

@@ -516,7 +516,3 @@ def describe(given: LoadedSpec | Cluster, decice_inventory: dict[str, Any]) -> d
             for name, inv in commands.items()
         },
     }
-
-
-def describe_json(loaded: LoadedSpec | Cluster, decice_inventory: dict[str, Any]) -> str:
-    return json.dumps(describe(loaded, decice_inventory), indent=2, default=str)

@@ -58,6 +58,10 @@ def inventory_data(nodes: Sequence[LabNode], ssh_key: Path, known_hosts: Path) -
                 "ansible_ssh_common_args": ssh_options(known_hosts),
                 "ansible_python_interpreter": "/usr/bin/python3",
                 "ansible_pipelining": True,
+                # what the collection's plays need to know of these hosts, so that a plain
+                # `ansible-playbook -i <this file>` needs no -e (kubernetes_target and the
+                # add-ons' defaults read it)
+                "decice_target": "lab",
             },
             "hosts": {n.name: {"ansible_host": n.ip, "ip": n.ip, "access_ip": n.ip} for n in nodes},
             "children": {

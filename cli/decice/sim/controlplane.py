@@ -610,8 +610,3 @@ def _loopback_healthz(port: int) -> bool:
     ctx.verify_mode = ssl.CERT_NONE
     status, _ = _get(f"https://127.0.0.1:{port}/healthz", ctx)
     return status == 200
-
-
-def environment_kubeconfig(info: ControlPlaneInfo) -> dict[str, str]:
-    """Environment for kubectl/helm subprocesses talking to this control plane."""
-    return {**os.environ, "KUBECONFIG": str(info.kubeconfig)}

@@ -11,10 +11,8 @@ import tempfile
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from decice.errors import InputError
 from decice.sim.tools import BuildError
@@ -57,36 +55,6 @@ class Download:
             raise DownloadRefused(
                 f"{name}: sha256 {self.sha256!r} is not 64 hex digits; fix the versions file"
             )
-
-
-def downloads_from_mapping(data: Mapping[str, Any], origin: str) -> dict[str, Download]:
-    """Parse ``{binary: {url, sha256, version, member?}}`` (e.g. from the versions file).
-
-    ``origin`` names the source in error messages (a file path and key).
-    """
-    out: dict[str, Download] = {}
-    for name, entry in data.items():
-        where = f"{origin}: {name}"
-        if not isinstance(entry, Mapping):
-            raise InputError(f"{where}: expected a mapping with url, sha256 and version")
-        extra = set(entry) - {"url", "sha256", "version", "member"}
-        if extra:
-            raise InputError(
-                f"{where}: unknown keys {sorted(extra)}; allowed: url, sha256, version, member"
-            )
-        missing = [k for k in ("url", "version") if not entry.get(k)]
-        if missing:
-            raise InputError(f"{where}: missing {', '.join(missing)}")
-        member = entry.get("member")
-        spec = Download(
-            url=str(entry["url"]),
-            sha256=str(entry.get("sha256") or "").strip().lower(),
-            version=str(entry["version"]),
-            member=str(member) if member else None,
-        )
-        spec.validate(where)
-        out[str(name)] = spec
-    return out
 
 
 def fetch_binary(name: str, spec: Download, dest: Path, *, timeout: float = 60.0) -> Path:

@@ -225,6 +225,22 @@ def inventory_of(
     return {"all": {"hosts": hosts, "children": children}}
 
 
+def take_target(inventory: Mapping[str, Any], target: str) -> None:
+    """Check the hosts' ``decice_target`` (what ``decice lab`` writes into its inventory)
+    against the task's target, and take it out of their variables (it is not Kubespray's).
+    A host that says another target stops the task before Kubespray touches anything:
+    e.g. lab nodes (podman containers) reset as static hosts fail in Kubespray's reset
+    after changing them (/etc/resolv.conf is a bind mount there)."""
+    for name, values in inventory["all"]["hosts"].items():
+        said = values.pop("decice_target", None)
+        if said is not None and str(said) != target:
+            raise ArgumentError(
+                f"target {target}, but the inventory says host {name} is decice_target "
+                f"{said}\n    fix: leave kubernetes_target to its default (it reads "
+                f"decice_target), or pass -e kubernetes_target={said}"
+            )
+
+
 def cluster_of(parsed: Mapping[str, Any]) -> Any:
     """decice's :class:`decice.kubespray.run.Cluster` from parsed arguments (spec models
     validate them exactly as in a ``decice.yaml``)."""
@@ -372,6 +388,7 @@ class ActionModule(ActionBase):
                 hidden,
                 task_vars.get("playbook_dir"),
             )
+            take_target(inventory, parsed["target"])
         except ArgumentError as exc:
             return {**result, "failed": True, "msg": f"decice.hybrid.kubespray: {exc}"}
 
