@@ -477,3 +477,35 @@ def test_list_shows_a_killed_run_interrupted_and_an_unreadable_one(tmp_path: Pat
     rows = json.loads(result.stdout)["experiments"]
     assert rows[0]["id"] == "a-1" and rows[0]["status"] == "interrupted"  # no lock held
     assert rows[1]["id"] == "b-2" and rows[1]["status"].startswith("unreadable")
+
+
+def test_an_hpc_pods_slurm_job_is_taken_from_its_container_id() -> None:
+    """interLink's containerID names the SLURM job (job mode: the pod's own; pilot mode: the
+    pilot's); anything else the cluster sends is not taken."""
+    from decice.experiment import collect
+
+    assert collect.slurm_job("interlink://4242/work") == "4242"
+    assert collect.slurm_job("interlink://4242.3/work") == "4242.3"
+    for other in (
+        "containerd://abc",
+        "interlink:///work",
+        "interlink://=cmd|' /C calc'!A0/work",
+        "interlink://1/2/3",
+        "interlink://" + "9" * 40 + "/work",
+        None,
+        42,
+    ):
+        assert collect.slurm_job(other) == "", other
+    record = collect.PodRecord(name="p")
+    collect._api_times(
+        record,
+        {
+            "status": {
+                "containerStatuses": [
+                    {"containerID": "interlink://77/work", "state": {"running": {}}}
+                ]
+            }
+        },
+    )
+    assert record.slurm_job == "77"
+    assert "slurm_job" in report.CSV_COLUMNS

@@ -14,6 +14,7 @@ last message). Everything goes through decice's one Kubernetes client
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -49,6 +50,9 @@ class PodRecord:
     message: str = ""
     events: dict[str, int] = field(default_factory=dict)
     api: dict[str, str] = field(default_factory=dict)
+    # an HPC pod's SLURM job (interLink): from its containers' containerID
+    # "interlink://<job>/<container>", as the sim's virtual kubelet reports it
+    slurm_job: str = ""
 
 
 @dataclass
@@ -197,6 +201,16 @@ class _Watcher:
             record.message = str(obj.get("message") or obj.get("note") or "")[:500]
 
 
+# a SLURM job id (pilot mode: <job>.<step>); anything else is not taken (cluster input)
+_SLURM_JOB = re.compile(r"interlink://([0-9]{1,20}(?:[._+][0-9]{1,20}){0,2})/[^/]*\Z")
+
+
+def slurm_job(container_id: object) -> str:
+    """The SLURM job of a containerID ``interlink://<job>/<container>``, else ""."""
+    found = _SLURM_JOB.match(container_id) if isinstance(container_id, str) else None
+    return found.group(1) if found else ""
+
+
 def _api_times(record: PodRecord, obj: dict[str, Any]) -> None:
     meta = obj.get("metadata") or {}
     status = obj.get("status") or {}
@@ -216,6 +230,9 @@ def _api_times(record: PodRecord, obj: dict[str, Any]) -> None:
         ended = ((container.get("state") or {}).get("terminated") or {}).get("finishedAt")
         if ended:
             api["finished"] = ended
+        job = slurm_job(container.get("containerID"))
+        if job:
+            record.slurm_job = job
     if status.get("reason"):
         record.reason = str(status["reason"])
 

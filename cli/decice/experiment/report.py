@@ -33,6 +33,7 @@ CSV_COLUMNS = (
     "running",
     "finished",
     "node",
+    "slurm_job",
     "phase",
     "reason",
 )
