@@ -1,5 +1,7 @@
 """Print an experiment run's per-arm medians and intervals as a Markdown table (the
-figures in bench/README.md come from here).
+figures in bench/README.md come from here), computed afresh from its raw.json by this
+checkout's decice.experiment.stats; a metric no arm has (e.g. the API server's clock
+without the sim's audit log, gang waits without groups) is left out.
 
     .venv/bin/python bench/experiments/table.py <experiment run dir>
 """
@@ -15,8 +17,8 @@ from decice.experiment import stats
 
 def main() -> None:
     run_dir = Path(sys.argv[1])
-    summary = json.loads((run_dir / "summary.json").read_text())
     raw = json.loads((run_dir / "raw.json").read_text())
+    summary = stats.summarize(raw)
     arms = list(summary["arms"])
     print(f"run {raw['id']} ({raw['status']}), order {raw['order']}")
     print(
@@ -26,6 +28,8 @@ def main() -> None:
     )
     print("|---|" + "---|" * len(arms))
     for key, label, unit, better in stats.METRICS:
+        if all(summary["arms"][arm]["metrics"][key]["median"] is None for arm in arms):
+            continue
         cells = []
         for arm in arms:
             m = summary["arms"][arm]["metrics"][key]
@@ -36,12 +40,15 @@ def main() -> None:
             )
         print(f"| {label} ({unit}, {better} is better) | " + " | ".join(cells) + " |")
     print()
-    print("| repetition | arm | throughput | sched p50 | sched p99 | makespan | partial groups |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| repetition | arm | throughput | sched p50 | sched p99 | start p50 | makespan "
+        "| partial groups |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for m in summary["runs"]:
         print(
             f"| {m['repetition']} | {m['arm']} | {m['throughput']} | {m['sched_p50']} | "
-            f"{m['sched_p99']} | {m['makespan']} | {m['partial_groups']} |"
+            f"{m['sched_p99']} | {m['start_p50']} | {m['makespan']} | {m['partial_groups']} |"
         )
 
 

@@ -4,10 +4,8 @@ trend and the "sustained" verdict (no I/O; unit-tested in tests/unit/test_bench_
 from __future__ import annotations
 
 import argparse
-import json
 import math
-from collections.abc import Iterable, Sequence
-from datetime import datetime
+from collections.abc import Sequence
 from typing import Any
 
 # a rate is sustained only when the creator reached this share of the target rate
@@ -101,62 +99,6 @@ def sustained(
     if growth > BACKLOG_GROWTH_SHARE * target:
         reasons.append(f"backlog grew {growth:.1f} pods/s over the second half of the stream")
     return not reasons, reasons
-
-
-# The kube-apiserver audit policy the bench runs with: one Metadata entry per create of a
-# pod or of a pod's binding in the stream's namespace (ResponseComplete only), nothing else
-AUDIT_POLICY = {
-    "apiVersion": "audit.k8s.io/v1",
-    "kind": "Policy",
-    "omitStages": ["RequestReceived"],
-    "rules": [
-        {
-            "level": "Metadata",
-            "verbs": ["create"],
-            "namespaces": ["default"],
-            "resources": [{"group": "", "resources": ["pods", "pods/binding"]}],
-        },
-        {"level": "None"},
-    ],
-}
-
-
-def _micro_time(text: str) -> float:
-    """Seconds since the epoch of an audit MicroTime ("2026-11-27T22:15:28.123456Z")."""
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
-def audit_latencies(lines: Iterable[str], prefix: str) -> dict[str, float]:
-    """Create→bound per pod on the API server's own clock, from its audit log (JSON lines
-    written with :data:`AUDIT_POLICY`): the ``stageTimestamp`` at which the POST of the
-    binding completed minus the one at which the pod's create completed, for pods whose
-    name starts with ``prefix`` and whose create and first binding both succeeded (2xx).
-    A line that is not an audit event of either request is ignored; a binding whose
-    create is not in the log is left out. A pod can be bound before its create's response
-    has completed (the scheduler's watch saw it first): its latency is then slightly
-    negative and kept, so the fastest pods are not dropped."""
-    created: dict[str, float] = {}
-    bound: dict[str, float] = {}
-    for line in lines:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(event, dict) or event.get("stage") != "ResponseComplete":
-            continue
-        ref = event.get("objectRef") or {}
-        name = str(ref.get("name") or "")
-        code = (event.get("responseStatus") or {}).get("code", 0)
-        if ref.get("resource") != "pods" or not name.startswith(prefix):
-            continue
-        if not isinstance(code, int) or not 200 <= code < 300 or event.get("verb") != "create":
-            continue
-        sub = ref.get("subresource") or ""
-        if sub not in ("", "binding"):
-            continue
-        target = bound if sub == "binding" else created
-        target.setdefault(name, _micro_time(str(event.get("stageTimestamp"))))
-    return {n: bound[n] - created[n] for n in bound if n in created}
 
 
 # the measures compare() judges: the watch's, the cross-check's, the API server's

@@ -15,7 +15,7 @@ the start, whatever the earlier POSTs are doing, over up to ``--connections`` (3
 keep-alive HTTP/1.1 connections; it records the time each POST returned (cross-check:
 POST returned→bound, ``xcheck_*``) and the achieved create rate. The API server's own
 record is the third measure (``api_*``): it runs with an audit log of every create of a pod
-or of a pod's binding (``_stream_stats.AUDIT_POLICY``), and a pod's create→bound is the
+or of a pod's binding (``decice.sim.audit.POLICY``), and a pod's create→bound is the
 time its binding's POST completed minus the time its create's POST completed, both stamped
 by the API server (``stageTimestamp``), so neither the watcher's nor the creator's delays
 are in it. The log costs the API server the same for both schedulers.
@@ -57,10 +57,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "scheduler"))
 
 from _stream_stats import (  # noqa: E402
-    AUDIT_POLICY,
     achieved_rate,
     arrival_offsets,
-    audit_latencies,
     backlog_growth,
     compare,
     due,
@@ -71,6 +69,7 @@ from _stream_stats import (  # noqa: E402
 )
 from throughput import cpu_seconds, pod_body, populate, start  # noqa: E402
 
+from decice.sim import audit  # noqa: E402
 from decice_scheduler.client import Client, load_kubeconfig  # noqa: E402
 from decice_scheduler.http1 import Http1Pool  # noqa: E402
 
@@ -294,23 +293,15 @@ async def stream(
 
 
 def audit_args(data: Path) -> dict[str, list[str]]:
-    """kube-apiserver flags for the audit log the API-side measure is read from."""
-    policy = data / "audit-policy.json"
-    policy.write_text(json.dumps(AUDIT_POLICY))
-    return {
-        "kube-apiserver": [
-            f"--audit-policy-file={policy}",
-            f"--audit-log-path={data / 'audit.log'}",
-            "--audit-log-maxsize=100000",  # MB: never rotated within a run
-            "--audit-log-format=json",
-        ]
-    }
+    """kube-apiserver flags for the audit log the API-side measure is read from (the sim's
+    own: decice.sim.audit)."""
+    return {"kube-apiserver": audit.apiserver_args(data)}
 
 
 def api_side(data: Path) -> dict[str, Any]:
     """``api_*`` create→bound figures of the stream's pods from the audit log."""
-    with (data / "audit.log").open(encoding="utf-8") as log:
-        latency = audit_latencies(log, "s-")
+    with (data / audit.LOG_NAME).open(encoding="utf-8") as log:
+        latency = audit.create_to_bound(log, namespace="default", prefix="s-")
     figures = summary_ms(list(latency.values()), "api")
     return {"api_bound": len(latency), **{k: v for k, v in figures.items() if "p90" not in k}}
 

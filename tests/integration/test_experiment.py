@@ -30,6 +30,7 @@ SPEC = """\
 name: exptest
 target: sim
 sim:
+  audit_log: true
   nodes:
     - {name_prefix: w, count: 4, capacity: {cpu: "8", memory: 32Gi, pods: "110"}}
     - {name_prefix: g, count: 1, capacity: {cpu: "16", memory: 64Gi, nvidia.com/gpu: "2"}}
@@ -102,7 +103,10 @@ def _recompute(run: dict[str, Any]) -> dict[str, float]:
     sched = numpy.array([p["scheduled"] - p["created"] for p in pods if p["scheduled"] is not None])
     created = min(p["created"] for p in pods)
     last = max(p["scheduled"] for p in pods if p["scheduled"] is not None)
+    api = numpy.array([p["api_bound"] for p in pods])  # every pod: the test asserts it
     return {
+        "api_sched_p50": float(numpy.percentile(api, 50)),
+        "api_sched_p99": float(numpy.percentile(api, 99)),
         "sched_p50": float(numpy.percentile(sched, 50)),
         "sched_p90": float(numpy.percentile(sched, 90)),
         "throughput": len(sched) / (last - created),
@@ -125,6 +129,11 @@ def test_two_arms_two_repetitions_end_to_end(work: Path, first_run: dict[str, An
             assert pod["running"] <= pod["finished"]
             assert pod["finished"] - pod["running"] >= 1.5  # the sim ran it its 2 s
             assert pod["api"]["scheduled"] and pod["node"]
+            # the API server's own create -> bound (sim.audit_log) is there for every pod,
+            # and no later than what this process's watch saw (its delays are not in it)
+            assert pod["api_bound"] is not None, pod
+            watch = pod["scheduled"] - pod["created"]
+            assert -0.05 <= pod["api_bound"] <= watch + 0.25, (pod["api_bound"], watch)
 
     # each arm's pods were bound by its own scheduler: decice-scheduler's counter moved by
     # 30 during its arms and not at all during kube-scheduler's

@@ -509,3 +509,43 @@ def test_an_hpc_pods_slurm_job_is_taken_from_its_container_id() -> None:
     )
     assert record.slurm_job == "77"
     assert "slurm_job" in report.CSV_COLUMNS
+
+
+def test_api_server_latency_from_the_audit_log_since_the_arm_began(tmp_path: Path) -> None:
+    """The arm's pods get create -> bound on the API server's clock from the lines the sim's
+    audit log got since the arm began (its namespace only); the metrics take them."""
+    from decice.experiment import collect
+    from decice.experiment.run import _read_audit
+
+    def line(ns: str, name: str, stamp: str, sub: str = "") -> str:
+        ref = {"resource": "pods", "namespace": ns, "name": name}
+        if sub:
+            ref["subresource"] = sub
+        event = {
+            "stage": "ResponseComplete",
+            "verb": "create",
+            "objectRef": ref,
+            "responseStatus": {"code": 201},
+            "stageTimestamp": stamp,
+        }
+        return json.dumps(event) + "\n"
+
+    log = tmp_path / "audit.log"
+    log.write_text(line("ns1", "p0", "2026-11-30T10:00:00.000000Z"))  # before the arm
+    offset = log.stat().st_size
+    with log.open("a") as out:
+        out.write(line("ns1", "p0", "2026-11-30T10:00:00.500000Z", "binding"))
+        out.write(line("ns1", "p1", "2026-11-30T10:00:01.000000Z"))
+        out.write(line("ns1", "p1", "2026-11-30T10:00:01.250000Z", "binding"))
+        out.write(line("ns2", "p2", "2026-11-30T10:00:01.000000Z"))
+        out.write(line("ns2", "p2", "2026-11-30T10:00:01.100000Z", "binding"))
+    arm = collect.ArmRun(repetition=1, arm="a", scheduler="s", namespace="ns1")
+    arm.pods = {n: collect.PodRecord(name=n) for n in ("p0", "p1", "p2")}
+    _read_audit(log, offset, arm)
+    assert [arm.pods[n].api_bound for n in ("p0", "p1", "p2")] == [None, 0.25, None]
+    _read_audit(log, log.stat().st_size + 10, arm)  # rotated since: read whole
+    assert arm.pods["p0"].api_bound == 0.5
+    metrics = stats.run_metrics(arm.to_dict())
+    assert metrics["api_sched_p50"] == pytest.approx(numpy.percentile([0.5, 0.25], 50))
+    arm.pods = {"p": collect.PodRecord(name="p")}
+    assert stats.run_metrics(arm.to_dict())["api_sched_p99"] is None

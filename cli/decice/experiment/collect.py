@@ -53,6 +53,8 @@ class PodRecord:
     # an HPC pod's SLURM job (interLink): from its containers' containerID
     # "interlink://<job>/<container>", as the sim's virtual kubelet reports it
     slurm_job: str = ""
+    # create -> bound on the API server's own clock (the sim's audit log, sim.audit_log)
+    api_bound: float | None = None
 
 
 @dataclass

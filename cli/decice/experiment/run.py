@@ -206,6 +206,8 @@ async def _arm(
             run.say("pods", {"scheduled": scheduled, "done": done, "total": total})
 
     before = _scheduler_counters(plan)
+    log = _audit_log(plan)
+    offset = log.stat().st_size if log is not None and log.is_file() else 0
     async with Client.from_kubeconfig(kubeconfig, user_agent="decice-experiment") as client:
         try:
             await collect.execute(
@@ -230,6 +232,40 @@ async def _arm(
                 if value != before.get(key, 0.0)
             }
         await collect.delete_namespace(client, arm_run.namespace)
+    if log is not None:
+        _read_audit(log, offset, arm_run)
+
+
+def _audit_log(plan: Plan) -> Path | None:
+    """The sim's audit log when the spec turns it on (decice.sim.audit), else None."""
+    spec = plan.spec.spec
+    if spec.target != "sim" or not spec.sim.audit_log:
+        return None
+    from decice.sim import audit
+    from decice.targets.sim import control_plane_dir
+
+    return control_plane_dir(plan.spec.state_dir.resolve()) / audit.LOG_NAME
+
+
+def _read_audit(log: Path, offset: int, arm_run: collect.ArmRun) -> None:
+    """Each pod's create -> bound on the API server's clock, from what the audit log got
+    since ``offset`` (its size when the arm started; a log rotated since is read whole)."""
+    from decice.sim import audit
+
+    try:
+        with log.open("rb") as stream:
+            if stream.seek(0, 2) >= offset:
+                stream.seek(offset)
+            else:
+                stream.seek(0)
+            text = stream.read().decode("utf-8", "replace")
+    except OSError:
+        return
+    latencies = audit.create_to_bound(text.splitlines(), namespace=arm_run.namespace)
+    for name, seconds in latencies.items():
+        record = arm_run.pods.get(name)
+        if record is not None:
+            record.api_bound = round(seconds, 6)
 
 
 def _scheduler_counters(plan: Plan) -> dict[str, float] | None:

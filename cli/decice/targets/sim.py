@@ -56,19 +56,31 @@ def _control_plane(
     *,
     act: bool,
     progress: Callable[[str], None] | None = None,
+    audit_log: bool = False,
 ) -> ControlPlane:
+    """The sim's control plane (``act``: binaries built if needed, the audit policy
+    written; else described only). ``audit_log``: kube-apiserver writes decice.sim.audit's
+    log; a change of it restarts a running control plane (its options differ)."""
+    from decice.sim import audit
     from decice.sim.binaries import describe_binaries, resolve_binaries
     from decice.sim.controlplane import ControlPlane
+    from decice.sim.procs import private_dir
 
     explicit = Path(bin_dir).expanduser() if bin_dir else None
     if act:
         binaries = resolve_binaries(explicit, progress=progress or (lambda _text: None))
     else:
         binaries = describe_binaries(explicit)
+    directory = control_plane_dir(state_dir)
+    extra: dict[str, list[str]] = {}
+    if audit_log:
+        if act:
+            private_dir(directory)
+        extra["kube-apiserver"] = audit.apiserver_args(directory.resolve(), write=act)
     # No kubelets: the node agent keeps simulated nodes Ready, so the node-lifecycle
     # controller (which would taint them unreachable without Lease heartbeats) is off.
     return ControlPlane(
-        control_plane_dir(state_dir), binaries, scheduler=True, node_lifecycle=False
+        directory, binaries, scheduler=True, node_lifecycle=False, extra_args=extra
     )
 
 
@@ -85,7 +97,11 @@ def up_kubernetes(ctx: PhaseContext) -> str:
 
     ctx.progress("resolving control-plane binaries (a first build takes minutes)")
     plane = _control_plane(
-        ctx.state_dir, ctx.loaded.spec.sim.bin_dir, act=True, progress=ctx.progress
+        ctx.state_dir,
+        ctx.loaded.spec.sim.bin_dir,
+        act=True,
+        progress=ctx.progress,
+        audit_log=ctx.loaded.spec.sim.audit_log,
     )
     api = plane.binaries["kube-apiserver"]
     ctx.record.versions["sim-control-plane"] = f"{api.version} ({api.source})"
