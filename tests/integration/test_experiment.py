@@ -21,6 +21,8 @@ import numpy
 import pytest
 from kubernetes import client, config
 
+from decice import proctree
+from decice.sim import scheduler_service
 from tests.integration.simsupport import require_sim
 from tests.support import require, run_decice, wait_for
 
@@ -48,7 +50,7 @@ spec: decice.yaml
 repetitions: 2
 timeout: 120
 arms:
-  - {{name: decice, scheduler: decice-scheduler}}
+  - {{name: decice, scheduler: decice-scheduler, decice_scheduler: {{qps: 80, burst: 160}}}}
   - {{name: kube, scheduler: default-scheduler}}
 workload:
   shapes:
@@ -136,10 +138,16 @@ def test_two_arms_two_repetitions_end_to_end(work: Path, first_run: dict[str, An
             assert -0.05 <= pod["api_bound"] <= watch + 0.25, (pod["api_bound"], watch)
 
     # each arm's pods were bound by its own scheduler: decice-scheduler's counter moved by
-    # 30 during its arms and not at all during kube-scheduler's
+    # 30 during its arms and not at all during kube-scheduler's; decice's arms ran it with
+    # their own client limits, and the run left it with the spec's again
     for run in raw["runs"]:
         moved = run["scheduler_metrics"].get("decice_scheduler_scheduled_total", 0)
         assert moved == (30 if run["arm"] == "decice" else 0), run["scheduler_metrics"]
+        tuned = {"qps": 80.0, "burst": 160, "config": {}} if run["arm"] == "decice" else {}
+        assert run["scheduler_settings"] == tuned
+    running = scheduler_service.status(work / ".decice")
+    argv = [word.decode() for word in proctree.argv(running["pid"])]
+    assert argv[argv.index("--qps") + 1] == "50.0", argv
 
     # the same seed, the same workload: what ran is what the generator makes of the file
     planned = run_decice(work, "experiment", "plan", "exp.yaml", "--json")

@@ -247,6 +247,27 @@ def test_every_role_is_complete() -> None:
             assert (role / part).is_file(), f"{role.name}: {part} missing"
 
 
+def test_every_tasks_from_entry_has_an_argument_spec() -> None:
+    """Each role entry point another file calls with tasks_from is in that role's
+    meta/argument_specs.yml (so Ansible checks what it is given)."""
+    pattern = re.compile(r"name: (?:decice\.hybrid\.)?(\w+)\n\s+tasks_from: ([\w./]+)")
+    files = [*COLLECTION.rglob("*.yml"), *(REPO / "playbooks").glob("*.yml")]
+    calls = {
+        (m.group(1), m.group(2).removesuffix(".yml"))
+        for path in files
+        for m in pattern.finditer(path.read_text())
+    }
+    assert ("addon_engine", "apply_crds") in calls  # the scan sees the calls
+    missing = []
+    for role, entry in sorted(calls):
+        specs = yaml.safe_load(
+            (COLLECTION / "roles" / role / "meta/argument_specs.yml").read_text()
+        )
+        if entry not in specs["argument_specs"]:
+            missing.append(f"{role} tasks_from {entry}")
+    assert missing == []
+
+
 def test_collection_builds(tmp_path: Path) -> None:
     result = _run(
         _tool("ansible-galaxy"),

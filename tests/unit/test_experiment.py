@@ -549,3 +549,53 @@ def test_api_server_latency_from_the_audit_log_since_the_arm_began(tmp_path: Pat
     assert metrics["api_sched_p50"] == pytest.approx(numpy.percentile([0.5, 0.25], 50))
     arm.pods = {"p": collect.PodRecord(name="p")}
     assert stats.run_metrics(arm.to_dict())["api_sched_p99"] is None
+
+
+def test_an_arm_may_run_decice_scheduler_with_its_own_limits_and_profile(tmp_path: Path) -> None:
+    """arms[].decice_scheduler: checked as the scheduler checks a profile (a bad one is
+    exit 2 naming its line), only for decice-scheduler on the sim, merged over the spec's."""
+    from decice.experiment import run
+
+    tuned = EXPERIMENT.replace(
+        "  - {name: decice, scheduler: decice-scheduler}\n",
+        "  - name: decice\n    scheduler: decice-scheduler\n"
+        "    decice_scheduler:\n      qps: 400\n"
+        "      config: {scores: [{name: LeastAllocated, weight: 2}]}\n",
+    )
+    plan = run.make_plan(_write(tmp_path, tuned))
+    wanted = run._arm_scheduler(plan, plan.loaded.experiment.arms[0])
+    assert (wanted.qps, wanted.burst, wanted.name) == (400, 100, "decice-scheduler")
+    assert wanted.config == {"scores": [{"name": "LeastAllocated", "weight": 2}]}
+    assert run._arm_scheduler(plan, plan.loaded.experiment.arms[1]) is plan.spec.spec.scheduler
+
+    bad = tuned.replace("LeastAllocated", "NoSuchPlugin")
+    result = _plan_cli(_write(tmp_path, bad, "bad.yaml"))
+    assert result.exit_code == 2, result.output
+    assert f"{tmp_path / 'bad.yaml'}:8:7:" in result.output
+    assert "not a decice-scheduler profile" in result.output
+    assert "plugin 'NoSuchPlugin'" in result.output
+    # an out-of-tree plugin is not imported to check it (reading the file runs no code)
+    hook = tmp_path / "planhook.py"
+    hook.write_text("import pathlib\npathlib.Path(__file__).with_suffix('.ran').touch()\n")
+    outside = tuned.replace("LeastAllocated", "planhook:Plugin")
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        result = _plan_cli(_write(tmp_path, outside, "outside.yaml"))
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert result.exit_code == 2 and "out-of-tree ones go in the spec's" in result.output
+    assert not hook.with_suffix(".ran").exists()
+    zero = tuned.replace("qps: 400", "qps: 0")
+    result = _plan_cli(_write(tmp_path, zero, "zero.yaml"))
+    assert result.exit_code == 2 and f"{tmp_path / 'zero.yaml'}:7:12" in result.output
+
+    stock = tuned.replace("scheduler: decice-scheduler", "scheduler: default-scheduler")
+    result = _plan_cli(_write(tmp_path, stock, "stock.yaml"))
+    assert result.exit_code == 2
+    assert "arms[0].decice_scheduler" in result.output and "fix: set scheduler" in result.output
+    (tmp_path / "lab.yaml").write_text("name: c\ntarget: lab\n")
+    result = _plan_cli(_write(tmp_path, "spec: lab.yaml\n" + tuned, "onlab.yaml"))
+    assert result.exit_code == 2 and "the spec's target is lab" in result.output
+    assert not (tmp_path / ".decice").exists()

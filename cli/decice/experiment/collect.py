@@ -73,6 +73,9 @@ class ArmRun:
     nodes: list[dict[str, Any]] = field(default_factory=list)
     # decice-scheduler's counters that moved during the arm (sim only; see run.py)
     scheduler_metrics: dict[str, float] = field(default_factory=dict)
+    # the settings decice-scheduler ran this arm with, when an arm of the experiment sets
+    # some (arms[].decice_scheduler)
+    scheduler_settings: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

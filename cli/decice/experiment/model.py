@@ -153,6 +153,47 @@ class Workload(_Model):
         return self
 
 
+class ArmScheduler(_Model):
+    """decice-scheduler as one arm runs it (the sim only): its client limits and its
+    scheduling profile; what is left out keeps the spec's ``scheduler`` settings."""
+
+    qps: float | None = Field(None, gt=0, description="binds per second")
+    burst: int | None = Field(None, ge=1, description="bind burst")
+    config: dict[str, object] | None = Field(
+        None, description="a scheduling profile (docs/scheduler.md: filters, scores, weights)"
+    )
+
+    @field_validator("config")
+    @classmethod
+    def _profile(cls, value: dict[str, object] | None) -> dict[str, object] | None:
+        """Checked as decice-scheduler checks a profile, with its built-in plugins only:
+        checking an out-of-tree plugin ('module:Class', an entry point) would import it,
+        and reading an experiment file runs no code."""
+        if value is None:
+            return value
+        from decice_scheduler.framework import Plugin, Registry
+        from decice_scheduler.plugins import builtin_registry
+        from decice_scheduler.profile import Profile
+
+        builtin = builtin_registry()
+
+        class BuiltinOnly(Registry):
+            def resolve(self, ref: str) -> type[Plugin]:
+                if ref in builtin.names():
+                    return builtin.resolve(ref)
+                raise KeyError(
+                    f"plugin {ref!r}: an experiment's profile uses decice-scheduler's "
+                    f"built-in plugins ({', '.join(builtin.names())}); out-of-tree "
+                    "ones go in the spec's scheduler.config"
+                )
+
+        try:
+            Profile.from_config(value, BuiltinOnly())
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"not a decice-scheduler profile: {exc}") from None
+        return value
+
+
 class Arm(_Model):
     """One side of the comparison."""
 
@@ -163,6 +204,7 @@ class Arm(_Model):
         default_factory=dict,
         description="merged into every pod's nodeSelector (e.g. one virtual node per arm)",
     )
+    decice_scheduler: ArmScheduler | None = None
 
     @field_validator("name")
     @classmethod

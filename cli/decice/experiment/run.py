@@ -31,6 +31,7 @@ from decice.errors import EXIT_OK, EXIT_RUN_FAILED, InputError, RunFailedError
 from decice.experiment import collect, model, report, workload
 from decice.experiment.store import RAW_NAME, experiments_dir
 from decice.progress import View
+from decice.spec_model import SchedulerSpec
 from decice.targets.base import kubeconfig_path
 
 
@@ -87,6 +88,16 @@ def make_plan(path: Path) -> Plan:
                 f"{loaded.path}: arms[{index}].scheduler: {arm.scheduler!r} is the spec's own "
                 f"scheduler, which {loaded_spec.label} turns off (scheduler.enabled: false)\n"
                 "    fix: enable the scheduler in the spec or choose another scheduler"
+            )
+        if arm.decice_scheduler is not None and (
+            arm.scheduler != sched.name or loaded_spec.spec.target != "sim"
+        ):
+            raise InputError(
+                f"{loaded.path}: arms[{index}].decice_scheduler: settings for "
+                f"{sched.name!r}, which this arm runs only on the sim target with "
+                f"scheduler: {sched.name} (it has {arm.scheduler!r}, the spec's target is "
+                f"{loaded_spec.spec.target})\n"
+                f"    fix: set scheduler: {sched.name} on a sim spec, or remove decice_scheduler"
             )
     pods = workload.plan(loaded)
     order = [(rep, arm.name) for rep in range(1, exp.repetitions + 1) for arm in exp.arms]
@@ -321,7 +332,47 @@ def execute(
         return code, run.raw, run.dir
 
 
+def _arm_scheduler(plan: Plan, arm: model.Arm) -> SchedulerSpec:
+    """The spec's decice-scheduler with ``arm``'s settings over it."""
+    base = plan.spec.spec.scheduler
+    given = arm.decice_scheduler
+    if given is None:
+        return base
+    update = {k: v for k, v in given.model_dump().items() if v is not None}
+    return base.model_copy(update=update)
+
+
+def _ensure_scheduler(plan: Plan, wanted: SchedulerSpec) -> None:
+    """decice-scheduler on the sim with ``wanted``'s settings (restarted if they differ,
+    ready, its smoke pod placed), before an arm's clock starts."""
+    from decice.sim import scheduler_service
+    from decice_scheduler.client import ApiError
+
+    state_dir = plan.spec.state_dir.resolve()
+    try:
+        scheduler_service.ensure(state_dir, kubeconfig_path(state_dir), wanted)
+    except (RunFailedError, ApiError, OSError, RuntimeError) as exc:
+        raise RunFailedError(
+            f"decice-scheduler with qps {wanted.qps}, burst {wanted.burst}: {exc}"
+        ) from exc
+
+
 def _run_all(plan: Plan, run: _Run, view: View, up: bool) -> None:
+    exp = plan.loaded.experiment
+    tuned = any(arm.decice_scheduler is not None for arm in exp.arms)
+    try:
+        _run_arms(plan, run, view, up, tuned)
+    finally:
+        if tuned and kubeconfig_path(plan.spec.state_dir).exists():
+            try:
+                _ensure_scheduler(plan, plan.spec.spec.scheduler)
+            except RunFailedError as exc:
+                run.raw["notes"].append(
+                    f"{exc}; `decice up` starts it with the spec's settings again"
+                )
+
+
+def _run_arms(plan: Plan, run: _Run, view: View, up: bool, tuned: bool) -> None:
     exp = plan.loaded.experiment
     arms = {a.name: a for a in exp.arms}
     kubeconfig = kubeconfig_path(plan.spec.state_dir)
@@ -358,6 +409,14 @@ def _run_all(plan: Plan, run: _Run, view: View, up: bool) -> None:
             scheduler=arm.scheduler,
             namespace=f"exp-{run.id[-4:]}-{rep}-{arm_name}"[:63].rstrip("-"),
         )
+        if tuned and arm.scheduler == plan.spec.spec.scheduler.name:
+            wanted = _arm_scheduler(plan, arm)
+            _ensure_scheduler(plan, wanted)
+            arm_run.scheduler_settings = {
+                "qps": wanted.qps,
+                "burst": wanted.burst,
+                "config": wanted.config,
+            }
         run.raw["runs"].append(arm_run.to_dict())
         run.say("arm", {"repetition": rep, "of": exp.repetitions, "arm": arm_name})
         try:

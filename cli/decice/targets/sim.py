@@ -79,9 +79,7 @@ def _control_plane(
         extra["kube-apiserver"] = audit.apiserver_args(directory.resolve(), write=act)
     # No kubelets: the node agent keeps simulated nodes Ready, so the node-lifecycle
     # controller (which would taint them unreachable without Lease heartbeats) is off.
-    return ControlPlane(
-        directory, binaries, scheduler=True, node_lifecycle=False, extra_args=extra
-    )
+    return ControlPlane(directory, binaries, scheduler=True, node_lifecycle=False, extra_args=extra)
 
 
 def _node_total(ctx: PhaseContext) -> int:
