@@ -7,6 +7,7 @@ the host-level phases preflight, baseline and verify. It writes only below pytes
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
 import os
@@ -266,6 +267,40 @@ def test_every_tasks_from_entry_has_an_argument_spec() -> None:
         if entry not in specs["argument_specs"]:
             missing.append(f"{role} tasks_from {entry}")
     assert missing == []
+
+
+def test_plugins_python_needs_are_in_requirements_txt() -> None:
+    """Every package outside the standard library and Ansible that a plugin imports is in
+    the collection's requirements.txt, which meta/execution-environment.yml names."""
+    import sys
+
+    distributions = {"yaml": "pyyaml"}
+    listed = {
+        re.split(r"[<>=\[ ]", line.strip(), maxsplit=1)[0].lower()
+        for line in (COLLECTION / "requirements.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    imported: dict[str, str] = {}
+    for path in (COLLECTION / "plugins").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in {
+                    "ansible",
+                    "ansible_collections",
+                    "__future__",
+                }:
+                    imported.setdefault(distributions.get(top, top), str(path))
+    assert "kubernetes" in imported  # the scan sees the plugins' imports
+    missing = {d: where for d, where in imported.items() if d not in listed}
+    assert missing == {}
+    ee = yaml.safe_load((COLLECTION / "meta/execution-environment.yml").read_text())
+    assert ee["dependencies"]["python"] == "requirements.txt"
 
 
 def test_collection_builds(tmp_path: Path) -> None:
