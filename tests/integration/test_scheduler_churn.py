@@ -289,6 +289,11 @@ def replay(events: list[PodEvent], allocatable: dict[str, Resources]) -> Verdict
     return verdict
 
 
+# how long a pending pod of ours may fit somewhere once the churn has quiesced: the last
+# running pods' sim-duration (5 s) plus the scheduler's longest backoff (2 s), and margin
+STUCK_AFTER_S = 15.0
+
+
 def test_randomized_churn_two_schedulers(env: SchedEnv, core: client.CoreV1Api) -> None:
     """Seeded churn (DECICE_CHURN_SEED to replay one) for CHURN_SECONDS: creations for
     decice-scheduler and the stock kube-scheduler on the same 6 nodes, timed completions
@@ -434,18 +439,34 @@ def test_randomized_churn_two_schedulers(env: SchedEnv, core: client.CoreV1Api) 
     unexplained = {r[0]: r[2].get("message") for uid, r in ours.items() if uid not in verdict.raced}
     assert not unexplained, unexplained
 
-    # 3. nothing of ours pending that fits somewhere
-    free = dict(allocatable)
-    for p in raw_json(core.list_pod_for_all_namespaces(_preload_content=False))["items"]:
-        node = p["spec"].get("nodeName")
-        if node in free and p["status"].get("phase") not in ("Succeeded", "Failed"):
-            free[node] = free[node].sub(pod_request(p))
-    stuck = []
-    for p in items:
-        if p["spec"]["schedulerName"] != SCHED or p["spec"].get("nodeName"):
-            continue
-        req = pod_request(p)
-        room = [n for n, f in free.items() if all(req.get(r) <= f.get(r) for r in req.names())]
-        if room:
-            stuck.append(f"{p['metadata']['name']} ({req}) fits on {room}")
+    # 3. nothing of ours stays pending while it fits somewhere. Pods bound in the quiesce
+    # window may still be running and end (sim-duration up to 5 s) after the check reads
+    # the cluster; the room they free is offered to a pending pod at its next retry (backoff
+    # up to 2 s). So "fits and is pending" must not hold for STUCK_AFTER_S on end, read
+    # afresh from the API each time: a pod stuck for good fails this; one about to be
+    # retried does not.
+    def stuck_pods() -> list[str]:
+        listed = raw_json(core.list_pod_for_all_namespaces(_preload_content=False))["items"]
+        free = dict(allocatable)
+        for p in listed:
+            node = p["spec"].get("nodeName")
+            if node in free and p["status"].get("phase") not in ("Succeeded", "Failed"):
+                free[node] = free[node].sub(pod_request(p))
+        out = []
+        for p in listed:
+            if p["metadata"].get("namespace") != NS or p["spec"]["schedulerName"] != SCHED:
+                continue
+            if p["spec"].get("nodeName") or p["metadata"].get("deletionTimestamp"):
+                continue
+            req = pod_request(p)
+            room = [n for n, f in free.items() if all(req.get(r) <= f.get(r) for r in req.names())]
+            if room:
+                out.append(f"{p['metadata']['name']} ({req}) fits on {room}")
+        return out
+
+    deadline = time.monotonic() + STUCK_AFTER_S
+    stuck = stuck_pods()
+    while stuck and time.monotonic() < deadline:
+        time.sleep(0.5)
+        stuck = stuck_pods()
     assert not stuck, stuck
