@@ -17,7 +17,6 @@ directory with the report is kept either way.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -29,19 +28,12 @@ from typing import Any
 import yaml
 
 HERE = Path(__file__).resolve().parent
-DECICE = [sys.executable, "-m", "decice"]
+sys.path.insert(0, str(HERE.parent / "interlink"))
+
+# `decice ARGS --json` in a directory: its JSON document, or exit naming the failure
+from latency import decice, tear_down  # noqa: E402
+
 TAINT = {"key": "virtual-node.interlink/no-schedule", "value": "true", "effect": "NoSchedule"}
-
-
-def decice(work: Path, *args: str, timeout: float = 3600) -> dict[str, Any]:
-    """``decice ARGS --json`` in ``work``; its JSON document, or exit naming the failure."""
-    done = subprocess.run(
-        [*DECICE, *args, "--json"], cwd=work, capture_output=True, text=True, timeout=timeout
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"decice {' '.join(args)} failed:\n{done.stdout[-3000:]}{done.stderr}")
-    data: dict[str, Any] = json.loads(done.stdout)
-    return data
 
 
 def virtual_node(prefix: str, cpus: int) -> dict[str, Any]:
@@ -112,15 +104,14 @@ def main() -> int:
         decice(work, "lab", "create", "--slurm", "--nodes", str(args.nodes), "--name", name)
         info = decice(work, "lab", "status", "--name", name)
         (work / "decice.yaml").write_text(yaml.safe_dump(spec(info, args.nodes), sort_keys=False))
-        result = decice(work, "experiment", "run", "interlink-modes.yaml")
+        result = decice(work, "experiment", "run", "interlink-modes.yaml", timeout=3600)
         run_dir = Path(result["report"]).parent
         subprocess.run([sys.executable, str(HERE / "table.py"), str(run_dir)], check=True)
         print(f"report: {result['report']} (status {result['status']})")
         return 0 if result["status"] == "complete" else 1
     finally:
         if not args.keep:
-            for cmd in (["down"], ["reset", "--yes"], ["lab", "destroy", "--name", name]):
-                subprocess.run([*DECICE, *cmd], cwd=work, capture_output=True, timeout=1800)
+            tear_down(work, name)
 
 
 if __name__ == "__main__":

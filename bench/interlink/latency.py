@@ -176,6 +176,13 @@ def baseline(info: dict[str, Any], count: int, data_dir: str) -> list[float]:
     return [float(e) - float(s) for s, e in (line.split() for line in done.stdout.splitlines())]
 
 
+def tear_down(work: Path, lab_name: str) -> None:
+    """`decice down`, `reset --yes` and `lab destroy` in ``work``, each tried whatever the
+    last one did."""
+    for cmd in (["down"], ["reset", "--yes"], ["lab", "destroy", "--name", lab_name]):
+        subprocess.run([*DECICE, *cmd], cwd=work, capture_output=True, timeout=1800)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, default=100)
@@ -259,8 +266,7 @@ def main() -> int:
         return 0 if len(terminal) == args.pods else 1
     finally:
         if not args.keep:
-            for cmd in (["down"], ["reset", "--yes"], ["lab", "destroy", "--name", name]):
-                subprocess.run([*DECICE, *cmd], cwd=work, capture_output=True, timeout=1800)
+            tear_down(work, name)
 
 
 if __name__ == "__main__":

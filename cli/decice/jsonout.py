@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Mapping
-from typing import Any, TextIO
+from typing import Any
 
 FORMAT_VERSION = 1
 KEY = "format_version"
@@ -23,10 +23,9 @@ def document(data: Mapping[str, Any]) -> dict[str, Any]:
     return {KEY: FORMAT_VERSION, **{k: v for k, v in data.items() if k != KEY}}
 
 
-def emit(data: Mapping[str, Any], stream: TextIO | None = None) -> None:
-    """One ``--json`` document (indented) on ``stream`` (default stdout)."""
-    out = sys.stdout if stream is None else stream
-    out.write(json.dumps(document(data), indent=2, default=str) + "\n")
+def emit(data: Mapping[str, Any]) -> None:
+    """One ``--json`` document (indented) on stdout."""
+    sys.stdout.write(json.dumps(document(data), indent=2, default=str) + "\n")
 
 
 def line(data: Mapping[str, Any]) -> str:
