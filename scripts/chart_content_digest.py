@@ -9,9 +9,10 @@
 The content pin (docs/addons.md "Content pins"; plugins/module_utils/chartpin.py) is what
 the add-on engine checks a chart against when its bytes are not the mirror copy's:
 upstream's own packaged tgz, an OCI pull, a repackaged directory. ``--write`` reads each
-``artifact.file`` of ansible_collections/decice/hybrid/vars/versions.yml below the mirror
-and rewrites only the ``content_sha256:`` line of that artifact (added below ``sha256:``
-when missing), keeping every comment. Exit 0 ok, 1 mismatch or differences, 2 unreadable.
+``artifact.file`` of the pinned versions (ansible_collections/decice/hybrid/roles/common/
+vars/main/versions.yml) below the mirror and rewrites only the ``content_sha256:`` line of
+that artifact (added below ``sha256:`` when missing), keeping every comment. Exit 0 ok, 1
+mismatch or differences, 2 unreadable.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ sys.path.insert(0, str(REPO))
 
 from ansible_collections.decice.hybrid.plugins.module_utils import chartpin  # noqa: E402
 
-VERSIONS = REPO / "ansible_collections" / "decice" / "hybrid" / "vars" / "versions.yml"
+VERSIONS = REPO / "ansible_collections/decice/hybrid/roles/common/vars/main/versions.yml"
 _FILE = re.compile(r'^(\s+)file: "(charts/[^"]+\.tgz)"')
 _PIN = re.compile(r"^(\s+)(content_sha256|sha256): ")
 

@@ -7,8 +7,8 @@
 An archive is extracted with the same checks decice applies before a run (into a
 temporary directory, removed afterwards); a directory is digested as it is (a top-level
 ``.git`` is left out). The figure is what ``decice_versions.kubespray.tree_sha256`` in
-ansible_collections/decice/hybrid/vars/versions.yml pins. Exit 0 ok, 1 mismatch (with
---check), 2 unreadable or unsafe input.
+ansible_collections/decice/hybrid/roles/common/vars/main/versions.yml pins. Exit 0 ok, 1
+mismatch (with --check), 2 unreadable or unsafe input.
 """
 
 from __future__ import annotations

@@ -3,12 +3,13 @@
 
     upstream_standins.py --mirror ../shared/mirror --work DIR --spec DIR/upstream.yaml
 
-serves, on 127.0.0.1 until SIGTERM or SIGINT, every chart artifact of vars/versions.yml in
-the shape its upstream publishes it: each ``url`` over HTTP (repacked, so only its content
-pin matches), each ``source`` as a GitHub-style tag archive (one top directory, the chart at
-its path, plus an unrelated file) and each ``oci`` chart pushed with helm to an OCI registry
-(Debian's ``docker-registry``). It writes the spec's ``upstream`` section that points decice
-at them to ``--spec`` (a YAML file with one key, ``upstream``) once everything answers.
+serves, on 127.0.0.1 until SIGTERM or SIGINT, every chart artifact of the pinned versions
+(roles/common/vars/main/versions.yml) in the shape its upstream publishes it: each ``url``
+over HTTP (repacked, so only its content pin matches), each ``source`` as a GitHub-style tag
+archive (one top directory, the chart at its path, plus an unrelated file) and each ``oci``
+chart pushed with helm to an OCI registry (Debian's ``docker-registry``). It writes the
+spec's ``upstream`` section that points decice at them to ``--spec`` (a YAML file with one
+key, ``upstream``) once everything answers.
 
 ``make demo`` uses it with ``DECICE_DEMO_UPSTREAM=standins`` (scripts/demo.sh), the tests
 through tests/support.upstream_standins. Nothing here is an upstream: a site with a proxy
@@ -206,7 +207,7 @@ def standins(
 
 
 def chart_artifacts() -> dict[str, Mapping[str, Any]]:
-    """Every chart artifact of vars/versions.yml by component."""
+    """Every chart artifact of roles/common/vars/main/versions.yml by component."""
     from decice import versions
 
     return {

@@ -130,7 +130,9 @@ def run_tasks(
         "hosts": "localhost",
         "connection": "local",
         "gather_facts": False,
-        "vars_files": [str(REPO / "ansible_collections/decice/hybrid/vars/versions.yml")],
+        "vars_files": [
+            str(REPO / "ansible_collections/decice/hybrid/roles/common/vars/main/versions.yml")
+        ],
         "tasks": list(tasks),
     }
     path.write_text(yaml.safe_dump([play]))
@@ -293,7 +295,7 @@ def run_local_json(
     collection's versions.yml loaded), written to ``path`` and run from the checkout with
     the JSON callback (custom stats shown) and ``extra`` as extra vars: the callback's
     document. Fails the test when ansible-playbook fails."""
-    versions_file = REPO / "ansible_collections/decice/hybrid/vars/versions.yml"
+    versions_file = REPO / "ansible_collections/decice/hybrid/roles/common/vars/main/versions.yml"
     play = {"hosts": "localhost", "connection": "local", "gather_facts": False,
             "vars_files": [str(versions_file)], "tasks": list(tasks)}  # fmt: skip
     path.write_text(json.dumps([play]))  # JSON is YAML

@@ -1,4 +1,5 @@
-"""The add-on registry (the collection's ``vars/addons.yml``), read once for the CLI.
+"""The add-on registry (``roles/common/vars/main/addons.yml`` of the collection), read once
+for the CLI.
 
 The same file is loaded by the up/down playbooks; this module gives the spec model,
 `plan` and the spec's cross-field rules one view of it.

@@ -1,8 +1,9 @@
 """`decice mirror sync`: fill a mirror directory with every enabled add-on's pinned artifacts
 and, for targets Kubespray deploys, Kubespray's offline files.
 
-For each component of an enabled add-on (the registry, ``vars/addons.yml``) whose entry
-in ``vars/versions.yml`` pins an ``artifact: {file, sha256, url}``, the file is copied
+For each component of an enabled add-on (the registry, the common role's
+``vars/main/addons.yml``) whose entry in ``vars/main/versions.yml`` pins an
+``artifact: {file, sha256, url}``, the file is copied
 from another mirror (``--from``) or its upstream ``url`` to ``<dest>/<file>``: downloaded
 next to its destination, checked against the pinned sha256, then renamed into place. A
 destination that already has the pinned sha256 is kept. Each directory's ``SHA256SUMS``

@@ -47,14 +47,19 @@ def module_utils(name: str) -> ModuleType:
     return module
 
 
+def common_vars_dir() -> Path:
+    """The variables every play of the collection shares (role decice.hybrid.common)."""
+    return collection_dir() / "roles" / "common" / "vars" / "main"
+
+
 def versions_file() -> Path:
     """The one file that pins every component version (read by CLI and collection)."""
-    return collection_dir() / "vars" / "versions.yml"
+    return common_vars_dir() / "versions.yml"
 
 
 def addons_file() -> Path:
     """The add-on registry (names, order, namespaces, dependencies, targets)."""
-    return collection_dir() / "vars" / "addons.yml"
+    return common_vars_dir() / "addons.yml"
 
 
 def cache_dir() -> Path:

@@ -413,7 +413,8 @@ class KubeflowSpec(AddonSpec):
 
 
 class AddonsSpec(_Model):
-    """One field per entry of the add-on registry (vars/addons.yml; a test keeps them equal)."""
+    """One field per entry of the add-on registry (roles/common/vars/main/addons.yml; a test
+    keeps them equal)."""
 
     volcano: AddonSpec = AddonSpec()
     kubeedge: AddonSpec = AddonSpec()

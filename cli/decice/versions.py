@@ -19,7 +19,8 @@ def components() -> tuple[str, ...]:
 
 @cache
 def pinned() -> dict[str, dict[str, Any]]:
-    """The ``decice_versions`` mapping of the collection's ``vars/versions.yml``."""
+    """The ``decice_versions`` mapping of the collection's
+    ``roles/common/vars/main/versions.yml``."""
     path = paths.versions_file()
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     table = data.get("decice_versions")

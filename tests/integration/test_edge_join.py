@@ -293,7 +293,9 @@ def test_keadm_without_a_sha256_is_refused_naming_versions_yml(tmp_path: Path) -
                     "name": "Resolve keadm",
                     "hosts": "localhost",
                     "gather_facts": False,
-                    "vars_files": [str(COLLECTION / "vars" / "versions.yml")],
+                    "vars_files": [
+                        str(COLLECTION / "roles" / "common" / "vars" / "main" / "versions.yml")
+                    ],
                     "tasks": [
                         {
                             "name": "Resolve keadm",
@@ -322,7 +324,10 @@ def test_keadm_without_a_sha256_is_refused_naming_versions_yml(tmp_path: Path) -
         out = " ".join((result.stdout + result.stderr).split())
         assert result.returncode != 0, out[-3000:]
         assert f"keadm {ARCHIVE}: no sha256 to check it against" in out, out[-3000:]
-        assert f"vars/versions.yml kubeedge.keadm.sha256.{ARCH} is empty" in out and why in out
+        assert (
+            f"roles/common/vars/main/versions.yml kubeedge.keadm.sha256.{ARCH} is empty" in out
+            and why in out
+        )
         assert "Nothing was joined." in out
         assert not (tmp_path / "s" / "artifacts" / "keadm").exists(), "nothing was fetched"
 

@@ -1,10 +1,10 @@
 """`decice mirror sync` with the REAL upstream charts (../shared/mirror) and the real helm.
 
-Sources: the mirror as a file:// URL and a copy served over HTTP on 127.0.0.1. Checked:
-the synced files and SHA256SUMS equal the pins in vars/versions.yml, a second run copies
-nothing, a tampered source is refused by name with the destination unchanged, a disabled
-add-on is not synced, the image lists are those of the charts as decice installs them,
-and the add-on engine's resolve step accepts the synced directory as `mirror.path`.
+Sources: the mirror as a file:// URL and a copy served over HTTP on 127.0.0.1. Checked: the
+synced files and SHA256SUMS equal the pins in roles/common/vars/main/versions.yml, a second
+run copies nothing, a tampered source is refused by name with the destination unchanged, a
+disabled add-on is not synced, the image lists are those of the charts as decice installs
+them, and the add-on engine's resolve step accepts the synced directory as `mirror.path`.
 """
 
 from __future__ import annotations

@@ -57,7 +57,11 @@ def _render_play(case: str, play_vars: dict[str, Any], out: Path) -> dict[str, A
         "hosts": "localhost",
         "connection": "local",
         "gather_facts": False,
-        "vars_files": [str(ROLE / "defaults" / "main.yml"), str(ROLE / "vars" / "main.yml")],
+        "vars_files": [
+            str(ROLE.parent / "common" / "defaults" / "main.yml"),
+            str(ROLE / "defaults" / "main.yml"),
+            str(ROLE / "vars" / "main.yml"),
+        ],
         "vars": {"role_path": str(ROLE), **LOCAL, **play_vars},
         "tasks": [
             {

@@ -192,9 +192,9 @@ def test_phase_contract(name: str) -> None:
     for play in plays:
         phase = play["name"].split(":", 1)[0]
         assert play["tags"] == [phase], play["name"]
-        assert play["vars_files"][0] == "../vars/versions.yml", play["name"]
-        if phase == "addons":  # the add-on plays loop over the registry
-            assert play["vars_files"] == ["../vars/versions.yml", "../vars/addons.yml"]
+        # the shared role first: versions, the add-on registry, state dir, kubeconfig
+        assert play["roles"][0] == {"role": "decice.hybrid.common"}, play["name"]
+        assert "vars_files" not in play, play["name"]
 
 
 @pytest.mark.parametrize("name", PLAYBOOKS)
@@ -209,9 +209,11 @@ def test_phase_contract_as_ansible_sees_it(name: str) -> None:
 
 @pytest.mark.parametrize("target", ["playbooks/up.yml", "decice.hybrid.up"])
 def test_versions_resolve_when_imported_and_when_run_directly(target: str) -> None:
-    """vars_files finds vars/versions.yml through the wrapper and as a collection playbook;
+    """The common role's versions resolve through the wrapper and as a collection playbook;
     interlink without endpoints says plainly that it installed nothing."""
-    versions = yaml.safe_load((COLLECTION / "vars" / "versions.yml").read_text())["decice_versions"]
+    versions = yaml.safe_load(
+        (COLLECTION / "roles" / "common" / "vars" / "main" / "versions.yml").read_text()
+    )["decice_versions"]
     result = _run(
         _tool("ansible-playbook"),
         "-i",
@@ -245,7 +247,49 @@ def test_every_role_is_complete() -> None:
             "tasks/main.yml",
             "README.md",
         ):
+            if role.name == "common" and part == "tasks/main.yml":
+                continue  # variables only: it costs a play nothing but its argument check
             assert (role / part).is_file(), f"{role.name}: {part} missing"
+
+
+def test_one_common_layer() -> None:
+    """Every role depends on decice.hybrid.common, which alone derives the state directory,
+    the kubeconfig and the target from their inputs; add-on namespaces have one home, the
+    registry; the common defaults resolve to what they say."""
+    from ansible.template import Templar, trust_as_template
+
+    roles = COLLECTION / "roles"
+    for role in sorted(p for p in roles.iterdir() if p.is_dir() and p.name != "common"):
+        meta = yaml.safe_load((role / "meta/main.yml").read_text())
+        assert {"role": "decice.hybrid.common"} in meta["dependencies"], role.name
+    derived = re.compile(
+        r"decice_state_dir \||decice_kubeconfig \||decice_target \||decice_spec\.target"
+    )
+    offenders = [
+        f"{path.relative_to(COLLECTION)}:{n}"
+        for path in [*roles.rglob("*.yml"), *(COLLECTION / "playbooks").rglob("*.yml")]
+        if path.parent != roles / "common" / "defaults"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "{{" in line and derived.search(line)
+    ]
+    assert offenders == []
+    common = roles / "common"
+    versions = yaml.safe_load((common / "vars/main/versions.yml").read_text())["decice_versions"]
+    assert [k for k, v in versions.items() if isinstance(v, dict) and "namespace" in v] == []
+    registry = yaml.safe_load((common / "vars/main/addons.yml").read_text())["decice_addons"]
+    for entry in registry:
+        defaults = roles / entry["name"] / "defaults/main.yml"
+        value = yaml.safe_load(defaults.read_text()).get(f"{entry['name']}_namespace")
+        expected = "{{ decice__addon_namespaces." + entry["name"] + " }}"
+        assert value in (None, expected), entry
+    raw = yaml.safe_load((common / "defaults/main.yml").read_text())
+    values = {name: trust_as_template(text) for name, text in raw.items()}
+    given = {"decice_state_dir": "/tmp/s", "decice_addons": registry}
+    templar = Templar(loader=None, variables={**given, **values})
+    resolve = lambda name: templar.template(values[name])  # noqa: E731
+    assert resolve("decice__kubeconfig") == "/tmp/s/kubeconfig"
+    assert resolve("decice__api_baseline") == "/tmp/s/addons/api-baseline.json"
+    assert resolve("decice__addon_namespaces") == {e["name"]: e["namespace"] for e in registry}
 
 
 def test_every_tasks_from_entry_has_an_argument_spec() -> None:
@@ -319,7 +363,8 @@ def test_collection_builds(tmp_path: Path) -> None:
     for required in (
         "MANIFEST.json",
         "meta/runtime.yml",
-        "vars/versions.yml",
+        "roles/common/vars/main/versions.yml",
+        "roles/common/vars/main/addons.yml",
         "plugins/filter/snapshot.py",
         "roles/baseline/tasks/snapshot.yml",
         *(f"playbooks/{name}.yml" for name in PLAYBOOKS),

@@ -456,16 +456,19 @@ def test_the_inventorys_target_must_match_the_tasks() -> None:
 
 def test_role_defaults_read_the_inventorys_target() -> None:
     """Without decice_spec (a plain ansible-playbook run), the roles' target comes from the
-    inventory's decice_target, else static; the CLI's decice_spec.target comes first."""
+    inventory's decice_target, else static; the CLI's decice_spec.target comes first, and a
+    spec that names none is the embedded default, sim. Computed once, in the common role."""
     from ansible.template import Templar, trust_as_template
 
-    defaults = yaml.safe_load(
-        (REPO / "ansible_collections/decice/hybrid/roles/kubernetes/defaults/main.yml").read_text()
-    )
-    template = trust_as_template(defaults["kubernetes_target"])
+    roles = REPO / "ansible_collections/decice/hybrid/roles"
+    kubernetes = yaml.safe_load((roles / "kubernetes/defaults/main.yml").read_text())
+    assert kubernetes["kubernetes_target"] == "{{ decice__target }}"
+    common = yaml.safe_load((roles / "common/defaults/main.yml").read_text())
+    template = trust_as_template(common["decice__target"])
     for given, expected in (
         ({}, "static"),
         ({"decice_target": "lab"}, "lab"),
         ({"decice_target": "lab", "decice_spec": {"target": "slurm"}}, "slurm"),
+        ({"decice_spec": {"addons": {}}}, "sim"),
     ):
         assert Templar(loader=None, variables=given).template(template) == expected, given

@@ -4,7 +4,7 @@ The same chart reaches decice as a mirror's ``helm package`` output, upstream's 
 packaged ``.tgz`` (another helm, another time, another gzip), an OCI pull, or a directory
 in a source archive (packaged with ``helm package`` first). Their bytes differ; what helm
 loads from them does not. The content pin is a digest of what helm loads, so all of them
-verify against one pin in ``vars/versions.yml`` (``artifact.content_sha256``).
+verify against one pin in ``roles/common/vars/main/versions.yml`` (``artifact.content_sha256``).
 
 Definition (version 1, docs/addons.md "Content pins")::
 
