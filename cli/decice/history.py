@@ -10,11 +10,11 @@ from rich.console import Console
 from rich.table import Table
 
 from decice import records
+from decice.phases import kubeconfig_path
 from decice.progress import failure_panel, phase_table
 from decice.records import RunRecord
 from decice.spec import LoadedSpec
 from decice.targets import registry
-from decice.targets.base import kubeconfig_path
 
 
 def stopped_in(record: RunRecord) -> list[str]:

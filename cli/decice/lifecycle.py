@@ -41,12 +41,13 @@ from decice import (
     versions,
 )
 from decice.errors import DeciceError
+from decice.phases import Phase, PhaseContext, RunOptions, kubeconfig_path
 from decice.progress import View
 from decice.records import PhaseRecord, RunRecord, RunStore
 from decice.runner import PlaybookRun, run_playbook
 from decice.spec import LoadedSpec
 from decice.targets import registry
-from decice.targets.base import Phase, PhaseContext, RunOptions, Target, kubeconfig_path
+from decice.targets.base import Target
 from decice.tracking import PhaseTracker, conclude
 
 __all__ = ["PhaseContext", "RunOptions", "execute", "play_vars", "prepare"]

@@ -1,8 +1,26 @@
-"""Phase names per command (stable: they are the collection playbooks' tags)."""
+"""The phase contract: the phases of each command (stable: they are the collection
+playbooks' tags), what a phase done in Python gets (:class:`PhaseContext`) and is
+(:class:`Phase`), how a command was asked to run (:class:`RunOptions`), and where every
+target keeps the cluster's kubeconfig and add-on state.
+
+The lifecycle drives phases; targets (``decice.targets``) and Kubespray
+(``decice.kubespray``) provide them. Both depend on this module and not on each other's
+internals: Kubespray's phases never import a target.
+"""
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 from decice.errors import InputError
+
+if TYPE_CHECKING:
+    from decice.records import RunRecord
+    from decice.spec import LoadedSpec
 
 PHASES: dict[str, tuple[str, ...]] = {
     "up": ("preflight", "baseline", "prepare", "kubernetes", "addons", "scheduler"),
@@ -34,3 +52,71 @@ def select(command: str, only: list[str] | None = None, skip: list[str] | None =
     if not chosen:
         raise InputError(f"--only/--skip leave no phase of `decice {command}` to run")
     return chosen
+
+
+KUBECONFIG_NAME = "kubeconfig"
+
+
+def kubeconfig_path(state_dir: Path) -> Path:
+    """Where the cluster's admin kubeconfig is kept (0600), for every target."""
+    return state_dir.resolve() / KUBECONFIG_NAME
+
+
+def addons_state_dir(state_dir: Path) -> Path:
+    """What the add-on roles keep of one cluster: its API baseline (the cluster's objects
+    before the first add-on, api-baseline.json), the unpacked charts,
+    the sim adaptation reports, the EdgeMesh PSK."""
+    return state_dir.resolve() / "addons"
+
+
+def forget_cluster_addons(state_dir: Path) -> None:
+    """Remove :func:`addons_state_dir` once its cluster is gone (reset): none of it means
+    anything for the next cluster, and the PSK is a secret (a planted symlink there is
+    removed, never followed)."""
+    path = addons_state_dir(state_dir)
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a lifecycle command was asked to run."""
+
+    only: list[str] = field(default_factory=list)
+    skip: list[str] = field(default_factory=list)
+    check: bool = False
+    verbose: int = 0
+
+
+@dataclass
+class PhaseContext:
+    """What a Python-driven phase gets."""
+
+    loaded: LoadedSpec
+    record: RunRecord
+    options: RunOptions
+    progress: Callable[[str], None]
+    inventory: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.loaded.state_dir.resolve()
+
+    @property
+    def kubeconfig(self) -> Path:
+        return kubeconfig_path(self.loaded.state_dir)
+
+    @property
+    def run_dir(self) -> Path:
+        """This run's directory (record, inventory, artifacts)."""
+        return Path(self.record.artifacts)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A phase done in Python: ``run`` does it; ``preview`` says what it would do."""
+
+    run: Callable[[PhaseContext], str]
+    preview: Callable[[PhaseContext], str]

@@ -25,7 +25,7 @@ import yaml
 
 from decice import inventory, spec
 from decice.kubespray import phases, run, source, venv
-from decice.targets.base import PhaseContext, RunOptions
+from decice.phases import PhaseContext, RunOptions
 from tests.kubespray_standin import (
     COMMIT,
     CONTRACT_SPEC,

@@ -11,7 +11,7 @@ import pytest
 
 from decice import records
 from decice.kubespray import phases, run
-from decice.targets.base import PhaseContext, RunOptions
+from decice.phases import PhaseContext, RunOptions
 from tests.support import run_record
 
 pytestmark = pytest.mark.unit

@@ -151,6 +151,38 @@ def test_missing_decice_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> Non
         module._import_decice()
 
 
+def test_a_decice_of_another_contract_is_named_with_the_fix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ansible.errors import AnsibleParserError
+
+    from decice import hybrid_api
+
+    module = load_file(PLUGIN, "decice_allocation_plugin")
+    assert module._import_decice() is hybrid_api
+    monkeypatch.setattr(hybrid_api, "API_VERSION", module.DECICE_API + 1)
+    with pytest.raises(AnsibleParserError, match="install the decice release this collection"):
+        module._import_decice()
+
+
+def test_the_collection_plugins_call_decice_only_through_its_entry_point() -> None:
+    """The plugins (Python under plugins/) import decice.hybrid_api and no other decice
+    module, so decice's internals can change without breaking a collection (#28)."""
+    import ast
+
+    seen = set()
+    for path in (COLLECTION / "plugins").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            seen.update((path.name, n) for n in names if n.split(".")[0] == "decice")
+    assert seen == {("kubespray.py", "decice.hybrid_api"), ("allocation.py", "decice.hybrid_api")}
+
+
 def test_hostile_values_are_refused_or_kept_as_data(tmp_path: Path) -> None:
     config = tmp_path / "allocation.yml"
     config.write_text(

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from ansible_collections.decice.hybrid.plugins.action import kubespray as action
 
-from decice import versions
+from decice import hybrid_api, versions
 from decice.errors import RunFailedError
 from decice.inventory import Unsafe
 from decice.kubespray import phases
@@ -276,7 +276,7 @@ def test_reset_without_cluster_hosts_does_nothing(tmp_path: Path) -> None:
     result = action.execute(
         parsed, action.cluster_of(parsed), empty, check=False, progress=lambda _t: None
     )
-    assert (result["changed"], result["msg"]) == (False, action.NO_HOSTS_TO_RESET)
+    assert (result["changed"], result["msg"]) == (False, hybrid_api.NO_HOSTS_TO_RESET)
 
 
 def test_deploy_refuses_hosts_without_baseline(tmp_path: Path) -> None:
@@ -381,7 +381,10 @@ def _module(args: dict[str, Any], check: bool = False) -> Any:
 def test_without_decice_the_task_names_the_fix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(sys.modules, "decice.kubespray.phases", None)
+    import decice
+
+    monkeypatch.delattr(decice, "hybrid_api", raising=False)  # `from decice import` finds it
+    monkeypatch.setitem(sys.modules, "decice.hybrid_api", None)  # makes the import fail
     result = _module(_args(tmp_path)).run(task_vars={"groups": GROUPS, "hostvars": {}})
     assert result["failed"] is True
     assert (
@@ -389,6 +392,23 @@ def test_without_decice_the_task_names_the_fix(
         in (result["msg"])
     )
     assert f"`{sys.executable} -m pip install .`" in result["msg"]
+
+
+def test_a_decice_of_another_contract_is_named_with_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plugin calls decice only through decice.hybrid_api, and stops before anything
+    when the installed decice speaks another contract than the one it was written for."""
+    assert action.DECICE_API == hybrid_api.API_VERSION
+    monkeypatch.setattr(hybrid_api, "API_VERSION", action.DECICE_API + 1)
+    result = _module(_args(tmp_path)).run(task_vars={"groups": GROUPS, "hostvars": {}})
+    assert result["failed"] is True
+    assert result["msg"].startswith(
+        f"decice.hybrid.kubespray: decice.hybrid.kubespray was built for decice's collection "
+        f"API {action.DECICE_API}, and the installed decice speaks {action.DECICE_API + 1}\n"
+        "    fix: install the decice release this collection came with"
+    )
+    assert not (tmp_path / "state").exists()
 
 
 def test_untested_versions_need_the_flag(tmp_path: Path) -> None:

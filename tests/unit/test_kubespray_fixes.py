@@ -13,8 +13,8 @@ import pytest
 from decice import inventory, plan, spec
 from decice.errors import InputError
 from decice.kubespray import phases, render, run
+from decice.phases import PhaseContext, RunOptions
 from decice.runner import HostResult, _Translator, ansible_env
-from decice.targets.base import PhaseContext, RunOptions
 from tests.support import run_record, served_directory
 
 pytestmark = pytest.mark.unit

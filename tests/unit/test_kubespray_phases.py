@@ -12,7 +12,7 @@ from decice import baselines, inventory, records, spec
 from decice.errors import RunFailedError
 from decice.kubespray import run
 from decice.kubespray.phases import NOTHING_TO_RESET, PHASES, ever_deployed
-from decice.targets.base import PhaseContext, RunOptions
+from decice.phases import PhaseContext, RunOptions
 from tests.support import run_record
 
 pytestmark = pytest.mark.unit

@@ -153,6 +153,20 @@ def test_nothing_below_the_lifecycle_imports_it() -> None:
     assert [m for m in below if "decice.lifecycle" in graph[m]] == []
 
 
+def test_targets_and_kubespray_meet_only_in_the_phase_contract() -> None:
+    """decice.phases is the contract both sides use (#28): Kubespray's phases never import a
+    target, and the contract itself imports neither side nor the lifecycle (counting lazy
+    and type-only imports)."""
+    graph = _graph(CLI, "decice", runtime_only=False)
+    kubespray = [m for m in graph if m.startswith("decice.kubespray")]
+    assert "decice.phases" in graph["decice.kubespray.phases"]
+    assert {
+        m: sorted(d for d in graph[m] if d.startswith("decice.targets")) for m in kubespray
+    } == {m: [] for m in kubespray}
+    sides = ("decice.targets", "decice.kubespray", "decice.lifecycle", "decice.sim")
+    assert [d for d in graph["decice.phases"] if d.startswith(sides)] == []
+
+
 def test_scheduler_package_never_imports_the_cli() -> None:
     for path in (SCHEDULER / "decice_scheduler").rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from decice import phases
 from decice.baselines import baseline_path
 from decice.errors import InputError
 from decice.spec import load
 from decice.spec_model import Spec
-from decice.targets import base, registry
+from decice.targets import registry
 
 pytestmark = pytest.mark.unit
 
@@ -66,7 +67,7 @@ def test_static_target_needs_hosts(tmp_path: Path) -> None:
 
 
 def test_kubeconfig_path_is_one_place(tmp_path: Path) -> None:
-    assert base.kubeconfig_path(tmp_path) == tmp_path.resolve() / "kubeconfig"
+    assert phases.kubeconfig_path(tmp_path) == tmp_path.resolve() / "kubeconfig"
 
 
 def _run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> dict:
@@ -104,7 +105,7 @@ def test_reset_previews_say_what_they_would_do(tmp_path: Path) -> None:
     record = RunRecord(
         id="r", command="reset", argv=[], pid=0, host="h", spec="s", spec_sha256="", target="sim"
     )
-    ctx = base.PhaseContext(loaded, record, base.RunOptions(check=True), lambda _t: None)
+    ctx = phases.PhaseContext(loaded, record, phases.RunOptions(check=True), lambda _t: None)
     assert sim.preview_reset_kubernetes(ctx) == "check mode, nothing done: nothing is running"
     (tmp_path / ".decice" / "sim").mkdir(parents=True)
     assert "would stop the scheduler, the node agent and the control plane" in (
@@ -159,7 +160,7 @@ def test_a_job_target_outside_a_job_names_the_spec_line(
 def test_reset_forgets_the_clusters_addon_state_and_never_follows_a_link(tmp_path: Path) -> None:
     """Finding 11 of the second security round: the unpacked charts (and the EdgeMesh PSK)
     outlived reset. forget_cluster_addons is what both reset paths (sim, Kubespray) call."""
-    from decice.targets.base import addons_state_dir, forget_cluster_addons
+    from decice.phases import addons_state_dir, forget_cluster_addons
 
     state = tmp_path / ".decice"
     charts = addons_state_dir(state) / "charts" / "sedna-0123456789abcdef" / "chart"

@@ -30,9 +30,9 @@ from decice import __version__, filelock, interrupt, jsonout, lifecycle, records
 from decice.errors import EXIT_OK, EXIT_RUN_FAILED, InputError, RunFailedError
 from decice.experiment import collect, model, report, workload
 from decice.experiment.store import RAW_NAME, experiments_dir
+from decice.phases import kubeconfig_path
 from decice.progress import View
 from decice.spec_model import SchedulerSpec
-from decice.targets.base import kubeconfig_path
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from decice import baselines
 from decice.kubespray import edge, render, run
+from decice.phases import Phase, PhaseContext, forget_cluster_addons, kubeconfig_path
 from decice.records import RUNS_DIR
-from decice.targets.base import Phase, PhaseContext, forget_cluster_addons, kubeconfig_path
 
 if TYPE_CHECKING:
     from decice.spec import LoadedSpec

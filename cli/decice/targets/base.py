@@ -5,33 +5,25 @@ does in Python rather than through the collection's playbooks (:meth:`Target.pha
 and what `plan` and `status` show for it. The lifecycle, `plan`, `status` and the
 inventory ask the target; none of them tests a target's name.
 
-A Python-driven phase gets a :class:`PhaseContext`: the spec, the run record, the
-inventory of this run, the kubeconfig path and a progress callback. With ``--check``
-the lifecycle calls the phase's ``preview`` instead of its ``run``: it reports what
-the phase would do and changes nothing.
+A Python-driven phase (:class:`decice.phases.Phase`) gets a
+:class:`decice.phases.PhaseContext`: the spec, the run record, the inventory of this run,
+the kubeconfig path and a progress callback. With ``--check`` the lifecycle calls the
+phase's ``preview`` instead of its ``run``: it reports what the phase would do and changes
+nothing. The phase contract lives in :mod:`decice.phases`, which targets and Kubespray both
+use.
 """
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from decice.allocation import Allocation
-    from decice.records import RunRecord
+    from decice.phases import Phase
     from decice.spec import LoadedSpec
-
-KUBECONFIG_NAME = "kubeconfig"
-
-
-def kubeconfig_path(state_dir: Path) -> Path:
-    """Where the cluster's admin kubeconfig is kept (0600), for every target."""
-    return state_dir.resolve() / KUBECONFIG_NAME
 
 
 def helm_binary() -> str:
@@ -54,66 +46,6 @@ def _tool(name: str) -> str:
     if cached.is_file():
         return str(cached)
     return shutil.which(name) or name
-
-
-def addons_state_dir(state_dir: Path) -> Path:
-    """What the add-on roles keep of one cluster: its API baseline (the cluster's objects
-    before the first add-on, api-baseline.json), the unpacked charts,
-    the sim adaptation reports, the EdgeMesh PSK."""
-    return state_dir.resolve() / "addons"
-
-
-def forget_cluster_addons(state_dir: Path) -> None:
-    """Remove :func:`addons_state_dir` once its cluster is gone (reset): none of it means
-    anything for the next cluster, and the PSK is a secret (a planted symlink there is
-    removed, never followed)."""
-    path = addons_state_dir(state_dir)
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.exists():
-        shutil.rmtree(path)
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """How a lifecycle command was asked to run."""
-
-    only: list[str] = field(default_factory=list)
-    skip: list[str] = field(default_factory=list)
-    check: bool = False
-    verbose: int = 0
-
-
-@dataclass
-class PhaseContext:
-    """What a Python-driven phase gets."""
-
-    loaded: LoadedSpec
-    record: RunRecord
-    options: RunOptions
-    progress: Callable[[str], None]
-    inventory: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def state_dir(self) -> Path:
-        return self.loaded.state_dir.resolve()
-
-    @property
-    def kubeconfig(self) -> Path:
-        return kubeconfig_path(self.loaded.state_dir)
-
-    @property
-    def run_dir(self) -> Path:
-        """This run's directory (record, inventory, artifacts)."""
-        return Path(self.record.artifacts)
-
-
-@dataclass(frozen=True)
-class Phase:
-    """A phase done in Python: ``run`` does it; ``preview`` says what it would do."""
-
-    run: Callable[[PhaseContext], str]
-    preview: Callable[[PhaseContext], str]
 
 
 # (path in the spec, what is wrong, how to fix it)

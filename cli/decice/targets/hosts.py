@@ -11,7 +11,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from decice.targets.base import Phase, Target
+from decice.phases import Phase
+from decice.targets.base import Target
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -23,13 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from decice.errors import RunFailedError
-from decice.targets.base import (
-    Phase,
-    PhaseContext,
-    Target,
-    forget_cluster_addons,
-    kubeconfig_path,
-)
+from decice.phases import Phase, PhaseContext, forget_cluster_addons, kubeconfig_path
+from decice.targets.base import Target
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -1,7 +1,8 @@
 """Action plugin decice.hybrid.kubespray: Kubespray's cluster.yml / reset.yml for the play's hosts.
 
-Runs on the controller through decice's own Kubespray code (``decice.kubespray.phases``),
-the code the decice CLI's ``kubernetes`` phase runs: the same pinned source, its own
+Runs on the controller through decice's own Kubespray code, the code the decice CLI's
+``kubernetes`` phase runs, reached through decice's stable entry point for the collection
+(``decice.hybrid_api``, contract :data:`DECICE_API`): the same pinned source, its own
 Python env, the same generated inventory and group_vars, the same "not in the mirror"
 explanation when a run stops at a file download. Documentation: ``modules/kubespray.py``.
 """
@@ -9,9 +10,7 @@ explanation when a run stops at a file download. Documentation: ``modules/kubesp
 from __future__ import annotations
 
 import json
-import os
 import sys
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -48,16 +47,13 @@ ARGS = frozenset(
         "base_dir",
     }
 )
+# the contract of decice.hybrid_api this plugin is written for
+DECICE_API = 1
 NO_DECICE = (
     "decice.hybrid.kubespray runs decice's Kubespray code on the controller, and the Python "
     "that runs ansible-playbook ({python}) cannot import it: {error}\n"
     "    fix: install decice next to Ansible - from a decice checkout, `{python} -m pip install .` "
     "(or run the play through the decice CLI)"
-)
-
-
-NO_HOSTS_TO_RESET = (
-    "no host in kube_control_plane, etcd or kube_node: no Kubespray cluster to reset"
 )
 
 
@@ -195,7 +191,7 @@ def inventory_of(
     play sees them; Ansible's magic variables, extra variables, facts and ``hidden`` are
     left out. Every string is data for Kubespray (written ``!unsafe``).
     """
-    from decice import inventory as decice_inventory
+    from decice import hybrid_api
 
     # plain str: Ansible 2.19 hands out tagged str subclasses that YAML cannot represent
     members = {group: [str(h) for h in groups.get(group) or []] for group in GROUPS}
@@ -219,7 +215,7 @@ def inventory_of(
                     f"host {name}: variable {key} does not resolve: {exc}\n"
                     "    fix: define what it refers to (e.g. with -e) or remove it"
                 ) from None
-        hosts[name] = decice_inventory.unsafe(values)
+        hosts[name] = hybrid_api.data(values)
     children: dict[str, Any] = {group: {"hosts": dict.fromkeys(members[group])} for group in GROUPS}
     children["k8s_cluster"] = {"children": {"kube_control_plane": {}, "kube_node": {}}}
     return {"all": {"hosts": hosts, "children": children}}
@@ -242,47 +238,20 @@ def take_target(inventory: Mapping[str, Any], target: str) -> None:
 
 
 def cluster_of(parsed: Mapping[str, Any]) -> Any:
-    """decice's :class:`decice.kubespray.run.Cluster` from parsed arguments (spec models
-    validate them exactly as in a ``decice.yaml``)."""
-    import pydantic
-
-    from decice.kubespray import run
-    from decice.spec_model import KubernetesSpec, MirrorSpec
+    """decice's Kubespray cluster from parsed arguments (checked exactly as in a
+    ``decice.yaml``)."""
+    from decice import hybrid_api
 
     try:
-        kubernetes = KubernetesSpec(**parsed["kubernetes"])
-    except pydantic.ValidationError as exc:
-        raise ArgumentError(_validation("", exc)) from None
-    try:
-        mirror = MirrorSpec(**parsed["mirror"]) if parsed["mirror"] else None
-    except pydantic.ValidationError as exc:
-        raise ArgumentError(_validation("mirror.", exc)) from None
-    return run.Cluster(
-        kubernetes=kubernetes,
-        mirror=mirror,
-        target=parsed["target"],
-        edge_exclusion=parsed["edge_exclusion"],
-        base=parsed["base_dir"],
-    )
-
-
-def _validation(prefix: str, exc: Any) -> str:
-    lines = []
-    for error in exc.errors():
-        where = prefix + ".".join(str(p) for p in error.get("loc", ())) or prefix.rstrip(".")
-        lines.append(f"{where}: {error.get('msg')}")
-    return "\n".join(lines)
-
-
-def run_dir_for(state_dir: Path) -> Path:
-    """A new work directory for this run: ``<state>/playbook-runs/<UTC stamp>-<pid>``."""
-    from decice.kubespray import phases
-
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    path = state_dir / phases.PLAYBOOK_RUNS / f"{stamp}-{os.getpid()}"
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    (state_dir / phases.PLAYBOOK_RUNS).chmod(0o700)
-    return path
+        return hybrid_api.kubespray_cluster(
+            parsed["kubernetes"],
+            parsed["mirror"],
+            target=parsed["target"],
+            edge_exclusion=parsed["edge_exclusion"],
+            base=parsed["base_dir"],
+        )
+    except ValueError as exc:
+        raise ArgumentError(str(exc)) from None
 
 
 def execute(
@@ -294,63 +263,17 @@ def execute(
     progress: Callable[[str], None],
 ) -> dict[str, Any]:
     """Do what the task says with decice's Kubespray code; the task's result."""
-    from decice import redact
-    from decice.errors import DeciceError
-    from decice.kubespray import phases
+    from decice import hybrid_api
 
-    state_dir: Path = parsed["state_dir"]
-    playbook = "cluster.yml" if parsed["state"] == "present" else "reset.yml"
-    notes: list[str] = []
-    result: dict[str, Any] = {"changed": False, "playbook": playbook, "notes": notes}
-    try:
-        if parsed["state"] == "absent" and not inventory["all"]["hosts"]:
-            result["msg"] = NO_HOSTS_TO_RESET
-            return result
-        if parsed["state"] == "absent" and not phases.ever_deployed(state_dir):
-            result["msg"] = phases.NOTHING_TO_RESET
-            return result
-        if check:
-            result["msg"] = phases.would_run(cluster, inventory, playbook)
-            return result
-        if parsed["state"] == "present":
-            missing = phases.missing_baselines(state_dir, inventory)
-            if missing:
-                from decice import baselines
-
-                return {
-                    **result,
-                    "failed": True,
-                    "msg": baselines.refusal("kubernetes", missing, state_dir),
-                }
-        run_dir = run_dir_for(state_dir)
-        result["run_dir"] = str(run_dir)
-        try:
-            if parsed["state"] == "present":
-                summary, done = phases.deploy(
-                    cluster,
-                    inventory,
-                    run_dir,
-                    parsed["kubeconfig"],
-                    progress=progress,
-                    note=notes.append,
-                )
-                result["versions"] = done
-            else:
-                summary = phases.reset(
-                    cluster,
-                    inventory,
-                    run_dir,
-                    parsed["kubeconfig"],
-                    state_dir,
-                    progress=progress,
-                    note=notes.append,
-                )
-        finally:
-            redact.scrub_run_dir(run_dir)  # its inventory held the hosts' variables
-        result.update(changed=True, msg=summary)
-    except DeciceError as exc:
-        result.update(failed=True, msg=str(exc))
-    return result
+    return hybrid_api.kubespray(
+        parsed["state"],
+        cluster,
+        inventory,
+        state_dir=parsed["state_dir"],
+        kubeconfig=parsed["kubeconfig"],
+        check=check,
+        progress=progress,
+    )
 
 
 class ActionModule(ActionBase):
@@ -363,7 +286,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         try:
-            import decice.kubespray.phases  # noqa: F401
+            from decice import hybrid_api
         except ImportError as exc:
             return {
                 **result,
@@ -371,10 +294,9 @@ class ActionModule(ActionBase):
                 "msg": NO_DECICE.format(python=sys.executable, error=exc),
             }
         try:
+            hybrid_api.require(DECICE_API, "decice.hybrid.kubespray")
             parsed = parse_args(self._task.args, Path.cwd())
-            from decice import versions
-
-            ahead = untested(parsed["kubernetes"], versions.pinned())
+            ahead = untested(parsed["kubernetes"], hybrid_api.pinned_versions())
             if ahead and not parsed["allow_untested_versions"]:
                 raise ArgumentError(
                     f"{'; '.join(ahead)}: not the tested versions\n"
@@ -389,7 +311,7 @@ class ActionModule(ActionBase):
                 task_vars.get("playbook_dir"),
             )
             take_target(inventory, parsed["target"])
-        except ArgumentError as exc:
+        except ValueError as exc:  # ArgumentError, or decice's API refusing a field
             return {**result, "failed": True, "msg": f"decice.hybrid.kubespray: {exc}"}
 
         def progress(text: str) -> None:

@@ -106,13 +106,15 @@ ssh_config: ~/.ssh/cluster_config
 _FIELDS = ("control_plane", "edge", "hpc_endpoints", "jump_host", "ssh_config", "hosts_file")
 
 
+# the contract of decice.hybrid_api this plugin is written for
+DECICE_API = 1
+
+
 def _import_decice() -> Any:
-    """The decice modules this plugin delegates to; a clear error when decice is missing."""
+    """decice's entry point for the collection; a clear error when decice is missing or
+    speaks another contract."""
     try:
-        from decice import inventory as decice_inventory
-        from decice.errors import InputError
-        from decice.spec import LoadedSpec
-        from decice.spec_model import Spec
+        from decice import hybrid_api
     except ImportError as exc:
         raise AnsibleParserError(
             "decice.hybrid.allocation needs the decice Python package, which is not importable "
@@ -121,7 +123,11 @@ def _import_decice() -> Any:
             "`pip install -e .` in a decice checkout) or run Ansible from the environment "
             "decice is installed in."
         ) from exc
-    return decice_inventory, InputError, LoadedSpec, Spec
+    try:
+        hybrid_api.require(DECICE_API, "decice.hybrid.allocation")
+    except ValueError as exc:
+        raise AnsibleParserError(str(exc)) from exc
+    return hybrid_api
 
 
 def _host_entry(entry: Any) -> dict[str, Any]:
@@ -145,20 +151,6 @@ def _data(value: Any) -> Any:
     return value
 
 
-def _explain(exc: ValueError) -> str:
-    """pydantic's validation errors as `field: message` lines (the config's own keys)."""
-    errors = getattr(exc, "errors", None)
-    if not callable(errors):
-        return str(exc)
-    lines = []
-    for error in errors():
-        where = ".".join(str(part) for part in error.get("loc", ()))
-        where = where.removeprefix("allocation.")
-        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
-        lines.append(f"{where}: {message}")
-    return "; ".join(lines)
-
-
 class InventoryModule(BaseInventoryPlugin):
     """decice.hybrid.allocation inventory plugin."""
 
@@ -170,7 +162,7 @@ class InventoryModule(BaseInventoryPlugin):
     def parse(self, inventory: Any, loader: Any, path: str, cache: bool = True) -> None:
         super().parse(inventory, loader, path, cache)
         self._read_config_data(path)
-        decice_inventory, input_error, loaded_spec, spec_model = _import_decice()
+        hybrid_api = _import_decice()
 
         source = self.get_option("source")
         allocation = {
@@ -193,22 +185,9 @@ class InventoryModule(BaseInventoryPlugin):
             raise AnsibleParserError(
                 f"decice.hybrid.allocation ({path}): source static needs 'hosts' or 'hosts_file'"
             )
-        config = Path(path).resolve()
         try:
-            spec = spec_model.model_validate(raw)
-        except ValueError as exc:  # pydantic's ValidationError is a ValueError
-            raise AnsibleParserError(f"decice.hybrid.allocation ({path}): {_explain(exc)}") from exc
-        loaded = loaded_spec(
-            spec=spec,
-            source=config,
-            text=config.read_text(encoding="utf-8"),
-            state_dir=config.parent / ".decice",
-            raw=raw,
-        )
-        try:
-            machines = decice_inventory.allocate(loaded)
-            data = decice_inventory.build(loaded, machines)
-        except input_error as exc:
+            data = hybrid_api.allocation_inventory(raw, Path(path).resolve())
+        except ValueError as exc:  # decice names the field and the fix
             raise AnsibleParserError(f"decice.hybrid.allocation ({path}): {exc}") from exc
         self._populate(data)
 
