@@ -56,11 +56,11 @@ def run_lifecycle(
 ) -> int:
     loaded = spec.load(spec_path)
     options = lifecycle.RunOptions(only=only or [], skip=skip or [], check=check, verbose=verbose)
-    lifecycle.prepare(command, loaded, options)  # bad input fails here, before the prompt
+    prepared = lifecycle.prepare(command, loaded, options)  # bad input fails before the prompt
     if command == "reset" and not yes:
         _confirm_reset(loaded)
     view: View = JsonLinesView(sys.stderr) if json_out else LiveView(_err, verbose=verbose > 0)
-    record = lifecycle.execute(command, loaded, options, view)
+    record = lifecycle.execute(command, loaded, options, view, prepared)
     if json_out:
         jsonout.emit(record.to_dict())
     else:

@@ -6,6 +6,7 @@ import hashlib
 import re
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -119,6 +120,82 @@ def assign_roles(machines: tuple[Machine, ...], rules: AllocationSpec) -> dict[s
     return groups
 
 
+@dataclass(frozen=True)
+class SshTrust:
+    """How this run's ssh reaches the hosts and trusts their keys, read from the spec once
+    (:func:`ssh_trust`) and handed to everything that needs it: the inventory's ssh
+    options, and the host keys accept-new records during the run."""
+
+    ssh_config: Path | None  # allocation.ssh_config, resolved against the spec's folder
+    jump_host: str | None
+    #: the trust options (:func:`trust_options`)
+    options: tuple[str, ...]
+    #: option names allocation.ssh_config sets itself (not overridden)
+    configured: frozenset[str]
+    #: where accept-new records new keys (the state dir's known_hosts)
+    known_hosts: Path
+    accept_new: bool
+
+    def common_args(self) -> str:
+        """ssh options from the spec: an ssh config (names that do not resolve) and a jump
+        host. Ansible splits ``ansible_ssh_common_args`` like a shell would: each value is
+        quoted, so a path or jump host is one argument whatever it contains (both are also
+        checked in the spec model)."""
+        args = []
+        if self.ssh_config is not None:
+            if not self.ssh_config.is_file():
+                raise InputError(
+                    f"allocation.ssh_config: {self.ssh_config} does not exist\n"
+                    "    fix: point it at an ssh config that maps the allocated names to "
+                    "addresses"
+                )
+            args += ["-F", str(self.ssh_config)]
+        if self.jump_host:
+            args += ["-o", f"ProxyJump={self.jump_host}"]
+        return shlex.join(args)
+
+    def host_args(self, existing: str | None = None) -> str:
+        """A host's ``ansible_ssh_common_args``: its own (else :meth:`common_args`) plus each
+        trust option neither it nor the ssh config sets."""
+        given = self.common_args() if existing is None else existing
+        return _with_trust(given, list(self.options), self.configured)
+
+    def key_count(self) -> int:
+        """Lines of the state dir's known_hosts now (see :meth:`notes`); with accept-new
+        the file is created 0600 first, so ssh appends to a private file."""
+        path = self.known_hosts
+        if self.accept_new and not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            path.touch(mode=0o600)
+        return len(path.read_text(encoding="utf-8").splitlines()) if path.is_file() else 0
+
+    def notes(self, before: int) -> list[str]:
+        """The run record's notes on host keys: with accept-new, which were recorded."""
+        if not self.accept_new:
+            return []
+        path = self.known_hosts
+        lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+        new = [line.split()[0] for line in lines[before:] if line.strip() and " " in line]
+        hosts = sorted(set(new))
+        recorded = (
+            f"recorded {len(new)} new host key(s) of {', '.join(hosts)}" if new else "no new key"
+        )
+        return [f"allocation.host_keys: accept-new - {recorded} in {path} (trusted from now on)"]
+
+
+def ssh_trust(loaded: LoadedSpec) -> SshTrust:
+    """This spec's :class:`SshTrust` (reads the ssh config once, if there is one)."""
+    path = _ssh_config_path(loaded)
+    return SshTrust(
+        ssh_config=path,
+        jump_host=loaded.spec.allocation.jump_host,
+        options=tuple(trust_options(loaded)),
+        configured=frozenset(_configured_options(path)),
+        known_hosts=known_hosts_files(loaded)[0],
+        accept_new=loaded.spec.allocation.host_keys == "accept-new",
+    )
+
+
 def _ssh_config_path(loaded: LoadedSpec) -> Path | None:
     value = loaded.spec.allocation.ssh_config
     if not value:
@@ -127,28 +204,6 @@ def _ssh_config_path(loaded: LoadedSpec) -> Path | None:
     if not path.is_absolute() and loaded.source is not None:
         path = loaded.source.parent / path
     return path
-
-
-def _ssh_args(loaded: LoadedSpec) -> str:
-    """ssh options from the spec: an ssh config (names that do not resolve) and a jump host.
-
-    Ansible splits ``ansible_ssh_common_args`` like a shell would: each value is quoted,
-    so a path or jump host is one argument whatever it contains (both are also checked
-    in the spec model).
-    """
-    rules = loaded.spec.allocation
-    args = []
-    path = _ssh_config_path(loaded)
-    if path is not None:
-        if not path.is_file():
-            raise InputError(
-                f"allocation.ssh_config: {path} does not exist\n"
-                "    fix: point it at an ssh config that maps the allocated names to addresses"
-            )
-        args += ["-F", str(path)]
-    if rules.jump_host:
-        args += ["-o", f"ProxyJump={rules.jump_host}"]
-    return shlex.join(args)
 
 
 # ---------------------------------------------------------------- ssh host keys
@@ -196,10 +251,9 @@ def _option_name(word: str) -> str:
     return re.split(r"[=\s]", word.strip(), maxsplit=1)[0].lower()
 
 
-def _configured_options(loaded: LoadedSpec) -> set[str]:
-    """Option names (lower case) that ``allocation.ssh_config`` sets anywhere: the user's
-    own trust settings there (a lab's known_hosts, a site's) are not overridden."""
-    path = _ssh_config_path(loaded)
+def _configured_options(path: Path | None) -> set[str]:
+    """Option names (lower case) that ``allocation.ssh_config`` (``path``) sets anywhere: the
+    user's own trust settings there (a lab's known_hosts, a site's) are not overridden."""
     if path is None or not path.is_file():
         return set()
     names = set()
@@ -222,28 +276,6 @@ def _with_trust(
         if option.split("=", 1)[0].lower() not in have:
             extra += [flag, option]
     return shlex.join([*words, *extra])
-
-
-def key_count(loaded: LoadedSpec) -> int:
-    """Lines of the state dir's known_hosts now (see :func:`host_key_notes`); with
-    accept-new the file is created 0600 first, so ssh appends to a private file."""
-    path = known_hosts_files(loaded)[0]
-    if loaded.spec.allocation.host_keys == "accept-new" and not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        path.touch(mode=0o600)
-    return len(path.read_text(encoding="utf-8").splitlines()) if path.is_file() else 0
-
-
-def host_key_notes(loaded: LoadedSpec, before: int) -> list[str]:
-    """The run record's notes on host keys: with accept-new, which were recorded."""
-    if loaded.spec.allocation.host_keys != "accept-new":
-        return []
-    path = known_hosts_files(loaded)[0]
-    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
-    new = [line.split()[0] for line in lines[before:] if line.strip() and " " in line]
-    hosts = sorted(set(new))
-    recorded = f"recorded {len(new)} new host key(s) of {', '.join(hosts)}" if new else "no new key"
-    return [f"allocation.host_keys: accept-new - {recorded} in {path} (trusted from now on)"]
 
 
 # ---------------------------------------------------------------- the inventory
@@ -285,8 +317,12 @@ def check_kubespray_names(loaded: LoadedSpec, groups: dict[str, list[str]]) -> N
     raise specs.SpecError(issues)
 
 
-def build(loaded: LoadedSpec, allocation: Allocation | None) -> dict[str, Any]:
-    """The inventory as a YAML-ready dict."""
+def build(
+    loaded: LoadedSpec, allocation: Allocation | None, trust: SshTrust | None = None
+) -> dict[str, Any]:
+    """The inventory as a YAML-ready dict; ``trust`` is the run's :func:`ssh_trust` (read
+    from the spec when not given)."""
+    trust = trust if trust is not None else ssh_trust(loaded)
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     children: dict[str, Any] = {group: {"hosts": {}} for group in GROUPS}
     hostvars: dict[str, dict[str, Any]] = {"localhost": local}
@@ -308,18 +344,17 @@ def build(loaded: LoadedSpec, allocation: Allocation | None) -> dict[str, Any]:
             if hv.get("ansible_connection") == "local":
                 hv.setdefault("ansible_python_interpreter", sys.executable)
             hostvars[machine.name] = hv
-        ssh_args = _ssh_args(loaded)
-        trust = trust_options(loaded)
-        configured = _configured_options(loaded)
         for name in (m.name for m in allocation.machines):
             hv = hostvars[name]
             if hv.get("ansible_connection") in {"local", "podman", "docker"}:
                 continue
-            common = str(hv.get("ansible_ssh_common_args", ssh_args))
-            hv["ansible_ssh_common_args"] = Unsafe(_with_trust(common, trust, configured))
+            own = hv.get("ansible_ssh_common_args")
+            hv["ansible_ssh_common_args"] = Unsafe(
+                trust.host_args(None if own is None else str(own))
+            )
         for group in GROUPS:
             children[group] = {"hosts": dict.fromkeys(groups[group])}
-    _add_login_hosts(loaded, hostvars, children)
+    _add_login_hosts(loaded, trust, hostvars, children)
     children["k8s_cluster"] = {"children": {"kube_control_plane": {}, "kube_node": {}}}
     return {"all": {"hosts": hostvars, "children": children}}
 
@@ -328,7 +363,10 @@ INTERLINK_GROUP = "decice_interlink"
 
 
 def _add_login_hosts(
-    loaded: LoadedSpec, hostvars: dict[str, dict[str, Any]], children: dict[str, Any]
+    loaded: LoadedSpec,
+    trust: SshTrust,
+    hostvars: dict[str, dict[str, Any]],
+    children: dict[str, Any],
 ) -> None:
     """The login hosts of ``addons.interlink.endpoints`` that no allocation gave (on sim:
     all of them) as hosts of their own group, reached with ``allocation``'s ssh options.
@@ -342,7 +380,7 @@ def _add_login_hosts(
     children[INTERLINK_GROUP] = {"hosts": dict.fromkeys(extra)}
     if not extra:
         return
-    args = _with_trust(_ssh_args(loaded), trust_options(loaded), _configured_options(loaded))
+    args = trust.host_args()
     for name in extra:
         hostvars[name] = {"ansible_ssh_common_args": Unsafe(args)}
 

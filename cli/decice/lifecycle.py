@@ -26,6 +26,7 @@ import socket
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,14 +66,24 @@ def playbook_for(command: str) -> Path:
     return paths.collection_dir() / "playbooks" / f"{command}.yml"
 
 
-def prepare(
-    command: str, loaded: LoadedSpec, options: RunOptions
-) -> tuple[Target, list[str], dict[str, Any]]:
+@dataclass(frozen=True)
+class Prepared:
+    """What a command works from, computed once before anything is touched: the target,
+    the phases chosen, the hosts' ssh trust and the inventory of this run."""
+
+    target: Target
+    selected: list[str]
+    trust: inventory.SshTrust
+    inventory: dict[str, Any]
+
+
+def prepare(command: str, loaded: LoadedSpec, options: RunOptions) -> Prepared:
     """Everything that can fail on bad input, done before anything is touched."""
     target = registry.get(loaded.spec.target)
     selected = phases.select(command, options.only, options.skip)
-    inv = inventory.build(loaded, target.allocate(loaded))
-    return target, selected, inv
+    trust = inventory.ssh_trust(loaded)
+    inv = inventory.build(loaded, target.allocate(loaded), trust)
+    return Prepared(target, selected, trust, inv)
 
 
 def play_vars(loaded: LoadedSpec, target: Target) -> dict[str, Any]:
@@ -213,12 +224,15 @@ def _mark_interrupted(record: RunRecord, segment: list[str]) -> None:
     record.notes.append(f"interrupted by {interrupt.signal_name() or 'SIGINT'} in {where}")
 
 
-def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -> RunRecord:
-    """Run ``command`` for ``loaded`` and return its (saved) run record.
+def execute(
+    command: str, loaded: LoadedSpec, options: RunOptions, view: View, prepared: Prepared
+) -> RunRecord:
+    """Run ``command`` for ``loaded`` from what :func:`prepare` gave, and return its (saved)
+    run record.
 
     A run stopped by SIGINT/SIGTERM returns its record with status ``interrupted``.
     """
-    target, selected, inv = prepare(command, loaded, options)
+    target, selected, inv = prepared.target, prepared.selected, prepared.inventory
     in_python: Mapping[str, Phase] = target.phases(command)
     state_dir = loaded.state_dir
     with interrupt.handling(), records.locked(state_dir, command) as lock:
@@ -244,7 +258,7 @@ def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -
             record.notes.append(f"took over a stale lock of {lock.took_over.describe()}")
         record.notes.extend(lock.notes)  # state dir modes set back to 0700
         segment: list[str] = []
-        keys_before = inventory.key_count(loaded)  # host keys accept-new will record
+        keys_before = prepared.trust.key_count()  # host keys accept-new will record
         try:
             view.start(record)
             # runs killed before this one: stop what they left, close their records
@@ -253,7 +267,7 @@ def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -
                 view.note(note)
             if target.creates_hosts and command == "up" and not options.check:
                 view.update(None, record, f"creating the {target.name} hosts")
-                inv = inventory.build(loaded, target.allocate(loaded, create=True))
+                inv = inventory.build(loaded, target.allocate(loaded, create=True), prepared.trust)
             inv_path = run_dir / "inventory.yml"
             record.inventory_sha256 = inventory.write(inv, inv_path)
             run = _Run(command, loaded, options, view, store, record, inv_path, inv, target)
@@ -283,7 +297,7 @@ def execute(command: str, loaded: LoadedSpec, options: RunOptions, view: View) -
                 for phase in record.phases:
                     if phase.status == "pending":
                         phase.status = "not run"
-                record.notes.extend(inventory.host_key_notes(loaded, keys_before))
+                record.notes.extend(prepared.trust.notes(keys_before))
                 if record.status != "interrupted":
                     conclude(record)
                 record.ended = records.now()

@@ -67,21 +67,22 @@ def test_accept_new_records_unhashed_keys_in_the_state_dir(tmp_path: Path) -> No
     args = shlex.split(_inv(loaded)["all"]["hosts"]["cp1"]["ansible_ssh_common_args"])
     assert "StrictHostKeyChecking=accept-new" in args
     assert "HashKnownHosts=no" in args
-    before = inventory.key_count(loaded)
+    trust = inventory.ssh_trust(loaded)
+    before = trust.key_count()
     known = tmp_path / ".decice" / "known_hosts"
     assert before == 0 and known.stat().st_mode & 0o777 == 0o600
     known.write_text("192.0.2.10 ssh-ed25519 AAAAC3Nza\n192.0.2.11 ssh-ed25519 AAAAC3Nzb\n")
-    assert inventory.host_key_notes(loaded, before) == [
+    assert trust.notes(before) == [
         "allocation.host_keys: accept-new - recorded 2 new host key(s) of 192.0.2.10, "
         f"192.0.2.11 in {known} (trusted from now on)"
     ]
 
 
 def test_strict_mode_makes_no_note(tmp_path: Path) -> None:
-    loaded = _loaded(tmp_path)
-    assert inventory.key_count(loaded) == 0
+    trust = inventory.ssh_trust(_loaded(tmp_path))
+    assert trust.key_count() == 0
     assert not (tmp_path / ".decice" / "known_hosts").exists()
-    assert inventory.host_key_notes(loaded, 0) == []
+    assert trust.notes(0) == []
 
 
 def test_host_keys_is_checked_in_the_spec(tmp_path: Path) -> None:

@@ -134,6 +134,36 @@ def test_up_check_on_static_shows_the_kubespray_command(tmp_path: Path) -> None:
     assert not (tmp_path / ".decice" / "kubeconfig").exists()
 
 
+def test_a_run_reads_its_hosts_and_their_ssh_trust_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#28: the spec's inventory and ssh trust are computed once, before the prompt, and
+    handed down: `up --check --only kubernetes` on static hosts, in-process, counted."""
+    from decice import commands, inventory
+
+    spec_path = tmp_path / "decice.yaml"
+    spec_path.write_text(STATIC)
+    for host in ("cp1", "w1"):
+        path = baseline_path(tmp_path / ".decice", host)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+    calls: dict[str, int] = {"ssh_trust": 0, "build": 0}
+    for name in calls:
+        real = getattr(inventory, name)
+
+        def counted(*args: object, _real: object = real, _name: str = name, **kw: object) -> object:
+            calls[_name] += 1
+            return _real(*args, **kw)  # type: ignore[operator]
+
+        monkeypatch.setattr(inventory, name, counted)
+    monkeypatch.setenv("DECICE_CACHE_DIR", str(tmp_path / "cache"))
+    code = commands.run_lifecycle(
+        "up", spec_path, json_out=True, verbose=0, only=["kubernetes"], check=True
+    )
+    assert code == 0
+    assert calls == {"ssh_trust": 1, "build": 1}
+
+
 @pytest.mark.parametrize(
     ("target", "variable", "unset"),
     [

@@ -163,9 +163,9 @@ def _cluster(command: str, plan: Plan, run: _Run, view: View) -> None:
     """``decice up`` or ``reset`` through the lifecycle engine; RunFailedError unless ok."""
     loaded = plan.spec
     options = lifecycle.RunOptions(only=[], skip=[], check=False, verbose=0)
-    lifecycle.prepare(command, loaded, options)
+    prepared = lifecycle.prepare(command, loaded, options)
     run.say("cluster", {"command": command})
-    record = lifecycle.execute(command, loaded, options, view)
+    record = lifecycle.execute(command, loaded, options, view, prepared)
     run.raw["cluster_runs"].append(record.id)
     run.save()
     if record.status == "interrupted":
