@@ -124,9 +124,9 @@ def _group_versions(fetch: Fetch) -> list[tuple[str, list[str]]]:
     out = [("", versions[:1])] if versions else []
     for group in fetch("/apis", {}, {}).get("groups") or []:
         served = [str(v.get("version")) for v in group.get("versions") or [] if v.get("version")]
-        preferred = (group.get("preferredVersion") or {}).get("version") or (served[:1] or [None])[
-            0
-        ]
+        preferred = (group.get("preferredVersion") or {}).get("version") or (
+            served[0] if served else None
+        )
         if preferred:
             out.append(
                 (str(group["name"]), [str(preferred)] + [v for v in served if v != preferred])

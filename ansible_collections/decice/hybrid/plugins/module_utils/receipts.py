@@ -161,7 +161,7 @@ def observe(
         revision, status = _latest_revision(cluster, release["name"], release["namespace"])
         seen_releases.append({**release, "revision": revision, "status": status})
     workloads = []
-    endpoints = []
+    endpoints: list[dict[str, Any]] = []
     for namespace in _namespaces(releases):
         for kind in WORKLOAD_KINDS:
             for obj in cluster.list("apps/v1", kind, namespace):

@@ -123,10 +123,10 @@ def parsed(request_b64: str) -> dict[str, Any] | None:
     ips: list[str] = []
     other: list[str] = []
     try:
-        san = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        names = list(csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value)
     except x509.ExtensionNotFound:
-        san = []
-    for name in san:
+        names = []
+    for name in names:
         if isinstance(name, x509.IPAddress):
             ips.append(str(name.value))
         else:
