@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import ipaddress
 import json
 import ssl
 import threading
@@ -21,14 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives import serialization
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from decice.sim import scheduler_service
+from decice.sim import pki, scheduler_service
 from decice.sim.controlplane import ControlPlaneInfo
 from decice.sim.simnodes import expand, node_object
 from decice.spec_model import SimNodeGroup
@@ -163,34 +159,9 @@ class SlowRefusingWebhook:
     gets after ``delay`` seconds with a refusal: a slow API server refusing events."""
 
     def __init__(self, directory: Path, delay: float) -> None:
-        key = ec.generate_private_key(ec.SECP256R1())
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-        now = datetime.now(UTC)
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - timedelta(minutes=5))
-            .not_valid_after(now + timedelta(hours=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                critical=False,
-            )
-            .sign(key, hashes.SHA256())
-        )
+        key, cert = pki.self_signed("127.0.0.1", timedelta(hours=1), ips=("127.0.0.1",))
+        pki.write_pair(pki.Pair(cert=directory / "hook.crt", key=directory / "hook.key"), key, cert)
         self.pem = cert.public_bytes(serialization.Encoding.PEM)
-        (directory / "hook.crt").write_bytes(self.pem)
-        (directory / "hook.key").write_bytes(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
-        (directory / "hook.key").chmod(0o600)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(directory / "hook.crt", directory / "hook.key")
         self.calls = 0

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from cryptography.hazmat.primitives import serialization
 
-from decice.sim.pki import self_signed_ca
+from decice.sim.pki import self_signed
 from decice_scheduler import client as kclient
 from decice_scheduler.client import ApiError, Client, Gone, KubeConfig, Response, load_kubeconfig
 
@@ -33,7 +33,7 @@ Handler = Callable[[httpx.Request], httpx.Response | Awaitable[httpx.Response]]
 
 def pem_pair(cn: str) -> tuple[bytes, bytes]:
     """A self-signed certificate (also usable as a CA) and its key, PEM."""
-    key, cert = self_signed_ca(cn, timedelta(days=1))
+    key, cert = self_signed(cn, timedelta(days=1))
     key_pem = key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,

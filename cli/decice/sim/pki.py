@@ -102,14 +102,15 @@ LEAVES: dict[
 ETCD_LEAVES = ("etcd-server", "etcd-peer", "etcd-client")
 
 
-def self_signed_ca(
-    common_name: str, valid: dt.timedelta
+def self_signed(
+    common_name: str, valid: dt.timedelta, *, ca: bool = True, ips: tuple[str, ...] = ()
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-    """A new EC key and a self-signed CA certificate for it, valid from 5 minutes ago."""
+    """A new EC key and a self-signed certificate for it, valid from 5 minutes ago: a CA
+    (``ca``: may sign certificates) and/or a serving certificate for ``ips``."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     now = dt.datetime.now(dt.UTC)
-    cert = (
+    builder = (
         x509.CertificateBuilder()
         .subject_name(name)
         .issuer_name(name)
@@ -117,8 +118,11 @@ def self_signed_ca(
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + valid)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
+    )
+    if ca:
+        builder = builder.add_extension(
+            x509.BasicConstraints(ca=True, path_length=None), critical=True
+        ).add_extension(
             x509.KeyUsage(
                 digital_signature=True,
                 key_cert_sign=True,
@@ -132,9 +136,18 @@ def self_signed_ca(
             ),
             critical=True,
         )
-        .sign(key, hashes.SHA256())
-    )
-    return key, cert
+    if ips:
+        sans = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return key, builder.sign(key, hashes.SHA256())
+
+
+def write_pair(
+    pair: Pair, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey, cert: x509.Certificate
+) -> None:
+    """``key`` and ``cert`` as PEM files of ``pair`` (each written atomically, 0600)."""
+    _write_key(pair.key, key)
+    atomicfile.write(pair.cert, cert.public_bytes(serialization.Encoding.PEM))
 
 
 def ensure_pki(directory: Path) -> Pki:
@@ -175,9 +188,8 @@ def ensure_pki(directory: Path) -> Pki:
 def _ensure_ca(pair: Pair, common_name: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """The CA of ``pair``, created when either file is missing."""
     if not (pair.cert.exists() and pair.key.exists()):
-        key, cert = self_signed_ca(common_name, 10 * _VALID)
-        _write_key(pair.key, key)
-        atomicfile.write(pair.cert, cert.public_bytes(serialization.Encoding.PEM))
+        key, cert = self_signed(common_name, 10 * _VALID)
+        write_pair(pair, key, cert)
         return key, cert
     loaded = serialization.load_pem_private_key(pair.key.read_bytes(), None)
     if not isinstance(loaded, ec.EllipticCurvePrivateKey):
@@ -227,9 +239,7 @@ def _issue(
     sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    cert = builder.sign(ca_key, hashes.SHA256())
-    _write_key(pair.key, key)
-    atomicfile.write(pair.cert, cert.public_bytes(serialization.Encoding.PEM))
+    write_pair(pair, key, builder.sign(ca_key, hashes.SHA256()))
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:

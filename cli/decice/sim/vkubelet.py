@@ -47,7 +47,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import ipaddress
 import logging
 import ssl
 import stat
@@ -61,7 +60,6 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import httpx
 
-from decice import atomicfile
 from decice.interlink import api
 from decice.sim import simnodes, vkmodel
 from decice.sim.simnodes import SimNode
@@ -866,40 +864,15 @@ async def _bounded(calls: Iterable[Awaitable[None]], limit: int = MAX_CONCURRENT
 def serving_context(cert_dir: Path) -> ssl.SSLContext:
     """TLS context of the kubelet endpoint: a self-signed EC certificate for 127.0.0.1
     (new at every start; key and certificate 0600 in ``cert_dir``, 0700)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
+    from decice.sim import pki
 
     cert_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     cert_dir.chmod(0o700)
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "decice-sim-vkubelet")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=365))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(LOOPBACK))]),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
+    key, cert = pki.self_signed(
+        "decice-sim-vkubelet", dt.timedelta(days=365), ca=False, ips=(LOOPBACK,)
     )
-    key_path, cert_path = cert_dir / "kubelet.key", cert_dir / "kubelet.crt"
-    atomicfile.write(
-        key_path,
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ),
-    )
-    atomicfile.write(cert_path, cert.public_bytes(serialization.Encoding.PEM))
+    pair = pki.Pair(cert=cert_dir / "kubelet.crt", key=cert_dir / "kubelet.key")
+    pki.write_pair(pair, key, cert)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert_path, key_path)
+    context.load_cert_chain(pair.cert, pair.key)
     return context
