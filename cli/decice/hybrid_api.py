@@ -14,8 +14,6 @@ field and the fix; nothing here raises an internal type.
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -96,17 +94,6 @@ def kubespray_cluster(
     )
 
 
-def playbook_run_dir(state_dir: Path) -> Path:
-    """A new work directory for one task: ``<state>/playbook-runs/<UTC stamp>-<pid>`` (0700)."""
-    from decice.kubespray import phases
-
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    path = state_dir / phases.PLAYBOOK_RUNS / f"{stamp}-{os.getpid()}"
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    (state_dir / phases.PLAYBOOK_RUNS).chmod(0o700)
-    return path
-
-
 def kubespray(
     state: str,
     cluster: Cluster,
@@ -142,7 +129,7 @@ def kubespray(
             if missing:
                 refusal = baselines.refusal("kubernetes", missing, state_dir)
                 return {**result, "failed": True, "msg": refusal}
-        run_dir = playbook_run_dir(state_dir)
+        run_dir = phases.playbook_run_dir(state_dir)
         result["run_dir"] = str(run_dir)
         try:
             if state == "present":

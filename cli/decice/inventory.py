@@ -154,10 +154,9 @@ class SshTrust:
             args += ["-o", f"ProxyJump={self.jump_host}"]
         return shlex.join(args)
 
-    def host_args(self, existing: str | None = None) -> str:
-        """A host's ``ansible_ssh_common_args``: its own (else :meth:`common_args`) plus each
-        trust option neither it nor the ssh config sets."""
-        given = self.common_args() if existing is None else existing
+    def host_args(self, given: str) -> str:
+        """A host's ``ansible_ssh_common_args``: ``given`` (its own, or :meth:`common_args`)
+        plus each trust option neither it nor the ssh config sets."""
         return _with_trust(given, list(self.options), self.configured)
 
     def key_count(self) -> int:
@@ -344,14 +343,13 @@ def build(
             if hv.get("ansible_connection") == "local":
                 hv.setdefault("ansible_python_interpreter", sys.executable)
             hostvars[machine.name] = hv
+        common = trust.common_args()  # once: it checks the ssh config is there
         for name in (m.name for m in allocation.machines):
             hv = hostvars[name]
             if hv.get("ansible_connection") in {"local", "podman", "docker"}:
                 continue
-            own = hv.get("ansible_ssh_common_args")
-            hv["ansible_ssh_common_args"] = Unsafe(
-                trust.host_args(None if own is None else str(own))
-            )
+            own = str(hv.get("ansible_ssh_common_args", common))
+            hv["ansible_ssh_common_args"] = Unsafe(trust.host_args(own))
         for group in GROUPS:
             children[group] = {"hosts": dict.fromkeys(groups[group])}
     _add_login_hosts(loaded, trust, hostvars, children)
@@ -380,7 +378,7 @@ def _add_login_hosts(
     children[INTERLINK_GROUP] = {"hosts": dict.fromkeys(extra)}
     if not extra:
         return
-    args = trust.host_args()
+    args = trust.host_args(trust.common_args())
     for name in extra:
         hostvars[name] = {"ansible_ssh_common_args": Unsafe(args)}
 

@@ -279,9 +279,8 @@ def test_one_common_layer() -> None:
     registry = yaml.safe_load((common / "vars/main/addons.yml").read_text())["decice_addons"]
     for entry in registry:
         defaults = roles / entry["name"] / "defaults/main.yml"
-        value = yaml.safe_load(defaults.read_text()).get(f"{entry['name']}_namespace")
-        expected = "{{ decice__addon_namespaces." + entry["name"] + " }}"
-        assert value in (None, expected), entry
+        value = yaml.safe_load(defaults.read_text())[f"{entry['name']}_namespace"]
+        assert value == "{{ decice__addon_namespaces." + entry["name"] + " }}", entry
     raw = yaml.safe_load((common / "defaults/main.yml").read_text())
     values = {name: trust_as_template(text) for name, text in raw.items()}
     given = {"decice_state_dir": "/tmp/s", "decice_addons": registry}

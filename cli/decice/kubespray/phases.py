@@ -24,6 +24,8 @@ same functions with what its play has.
 from __future__ import annotations
 
 import functools
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +42,16 @@ ADMIN_CONF = "admin.conf"  # what Kubespray's client role writes to its artifact
 # <state dir>/playbook-runs/<stamp>/kubespray: the work directories of the collection's
 # decice.hybrid.kubespray action (plain ansible-playbook); the CLI's are in runs/<id>/
 PLAYBOOK_RUNS = "playbook-runs"
+
+
+def playbook_run_dir(state_dir: Path) -> Path:
+    """A new work directory for one decice.hybrid.kubespray task:
+    ``<state>/playbook-runs/<UTC stamp>-<pid>`` (0700)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = state_dir / PLAYBOOK_RUNS / f"{stamp}-{os.getpid()}"
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (state_dir / PLAYBOOK_RUNS).chmod(0o700)
+    return path
 
 
 def admin_conf_copies(state_dir: Path) -> list[Path]:
