@@ -51,5 +51,5 @@ fi
 # PYTHONDONTWRITEBYTECODE is set (CI machines set it) every decice process would compile
 # them again - the CLI per command, the sim post-renderer per helm call, the node agent,
 # the scheduler. Compile them once here (Python still recompiles a file edited later).
-"$VENV/bin/python" -m compileall -q -j 0 cli scheduler >/dev/null
+"$VENV/bin/python" -m compileall -q -j 0 cli kube scheduler >/dev/null
 echo "bootstrap: ready ($("$VENV/bin/decice" --help >/dev/null && echo "decice installed in $VENV"))"

@@ -8,9 +8,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from decice.allocation import checks
-from decice.interlink import quantity as plugin_quantity
 from decice.interlink import slurm as plugin_slurm
-from decice_scheduler.quantity import parse_quantity
+from decice_kube.quantity import exact, parse_quantity
 
 TARGETS = ("sim", "lab", "slurm", "pbs", "static")
 HOST_ROLES = ("control_plane", "etcd", "worker", "edge", "hpc")
@@ -277,7 +276,7 @@ class InterlinkEndpoint(_Model):
             return value
         example = "1 or 500m" if info.field_name == "default_cpu" else "2Gi"
         try:
-            number = plugin_quantity.parse(value)
+            number = exact(value)
         except ValueError as exc:
             raise _invalid(str(exc), f"give a Kubernetes quantity, e.g. {example}") from None
         if info.field_name == "default_cpu" and number <= 0:

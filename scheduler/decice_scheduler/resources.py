@@ -4,7 +4,7 @@
 can share them with the live state without copying.
 
 Nothing a pod or node says makes these raise: quantities of any size saturate
-(:mod:`decice_scheduler.quantity`), and one outside the quantity grammar (the API server
+(:mod:`decice_kube.quantity`), and one outside the quantity grammar (the API server
 validates them, raw JSON from elsewhere may not) counts as :data:`INT64_MAX` in a
 request (it fits nowhere) and as 0 in a capacity (nothing fits there), logged once per
 value.
@@ -17,7 +17,8 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from decice_scheduler.quantity import INT64_MAX, parse_cpu, parse_int
+from decice_kube.pods import peak_request
+from decice_kube.quantity import INT64_MAX, parse_cpu, parse_int
 
 log = logging.getLogger(__name__)
 
@@ -207,13 +208,13 @@ def nonzero_cpu_memory(request: Resources) -> tuple[int, int]:
     return (request.cpu or DEFAULT_CPU_MILLIS, request.memory or DEFAULT_MEMORY)
 
 
-def _container_request(container: Mapping[str, Any]) -> dict[str, int]:
-    """Requests of one container; a resource with only a limit requests the limit."""
-    spec = container.get("resources")
-    if not spec or not isinstance(spec, Mapping):
+def _request(resources: Any, _name: str) -> dict[str, int]:
+    """What one resources object requests; a resource with only a limit requests the
+    limit."""
+    if not resources or not isinstance(resources, Mapping):
         return {}
-    requests = spec.get("requests") or {}
-    limits = spec.get("limits") or {}
+    requests = resources.get("requests") or {}
+    limits = resources.get("limits") or {}
     if not isinstance(requests, Mapping) or not isinstance(limits, Mapping):
         return {"cpu": INT64_MAX}  # not a ResourceList: fits nowhere
     out: dict[str, int] = {}
@@ -225,57 +226,12 @@ def _container_request(container: Mapping[str, Any]) -> dict[str, int]:
     return out
 
 
-def _add_into(total: dict[str, int], part: Mapping[str, int]) -> None:
-    for name, amount in part.items():
-        total[name] = total.get(name, 0) + amount
-
-
-def _max_into(total: dict[str, int], part: Mapping[str, int]) -> None:
-    for name, amount in part.items():
-        if amount > total.get(name, 0):
-            total[name] = amount
-
-
 def pod_request(pod: Mapping[str, Any]) -> Resources:
-    """The effective request of a raw pod, as the scheduler must count it.
-
-    Per resource: max(app containers + sidecars, the largest init step) + overhead,
-    where sidecars are init containers with ``restartPolicy: Always`` and a regular
-    init container's step is its own request plus the sidecars started before it.
-    Pod-level ``spec.resources`` (cpu/memory) replaces the container sum when set.
-    The pod itself counts 1 against the node's pod capacity.
-    """
-    spec = pod.get("spec") or {}
-    total: dict[str, int] = {}
-    for container in spec.get("containers") or ():
-        _add_into(total, _container_request(container))
-
-    init_containers = spec.get("initContainers")
-    if init_containers:
-        sidecars: dict[str, int] = {}
-        peak: dict[str, int] = {}
-        for container in init_containers:
-            request = _container_request(container)
-            if container.get("restartPolicy") == "Always":
-                _add_into(sidecars, request)
-                _add_into(total, request)
-                _max_into(peak, sidecars)
-            else:
-                step = dict(sidecars)
-                _add_into(step, request)
-                _max_into(peak, step)
-        _max_into(total, peak)
-
-    pod_level = spec.get("resources")
-    if pod_level:
-        for name, amount in _container_request({"resources": pod_level}).items():
-            if name in ("cpu", "memory"):
-                total[name] = amount
-
-    overhead = spec.get("overhead")
-    if overhead:
-        _add_into(total, parse_resource_list(overhead, invalid=INT64_MAX).as_dict())
-
+    """The effective request of a raw pod, as the scheduler must count it
+    (:func:`decice_kube.pods.peak_request`: app containers, sidecars, init steps,
+    pod-level resources and overhead). The pod itself counts 1 against the node's pod
+    capacity."""
+    total = peak_request(pod, _request)
     cpu = total.pop("cpu", 0)
     memory = total.pop("memory", 0)
     total.pop("pods", None)

@@ -39,20 +39,26 @@ def ssh(info: lab.LabInfo, host: str, command: str, *, check: bool = True) -> st
     return proc.stdout.strip()
 
 
-PACKAGE = Path(__file__).resolve().parents[2] / "cli" / "decice"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def copy_plugin(app: Path) -> None:
+    """Into ``app``, what decice-interlink-slurm runs from on a node with
+    ``PYTHONPATH=app``: ``decice/__init__.py``, ``decice/interlink`` and the Kubernetes
+    library ``decice_kube`` (the plugin imports nothing else: test_interlink_jobscript)."""
+    skip = shutil.ignore_patterns("__pycache__")
+    (app / "decice").mkdir(parents=True)
+    shutil.copy2(REPO / "cli/decice/__init__.py", app / "decice/__init__.py")
+    shutil.copytree(REPO / "cli/decice/interlink", app / "decice/interlink", ignore=skip)
+    shutil.copytree(REPO / "kube/decice_kube", app / "decice_kube", ignore=skip)
 
 
 def stage_plugin(info: lab.LabInfo, name: str) -> Path:
-    """A fresh ``<lab shared dir>/<name>`` holding ``app/decice`` with decice.interlink (the
-    plugin needs nothing else: it runs as ``PYTHONPATH=/shared/<name>/app python3 -m
-    decice.interlink`` on any lab node). The caller hands the tree to the lab user."""
+    """A fresh ``<lab shared dir>/<name>`` whose ``app`` holds the plugin (copy_plugin): it
+    runs as ``PYTHONPATH=/shared/<name>/app python3 -m decice.interlink`` on any lab node.
+    The caller hands the tree to the lab user."""
     root = Path(info.shared_dir) / name
     if root.exists():
         shutil.rmtree(root)
-    app = root / "app" / "decice"
-    app.mkdir(parents=True)
-    shutil.copy2(PACKAGE / "__init__.py", app / "__init__.py")
-    shutil.copytree(
-        PACKAGE / "interlink", app / "interlink", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    copy_plugin(root / "app")
     return root

@@ -20,7 +20,7 @@ from kubernetes.client.rest import ApiException
 
 from decice.sim.binaries import BinarySet
 from decice.sim.controlplane import ControlPlane
-from decice_scheduler.quantity import parse_cpu
+from decice_kube.quantity import parse_cpu
 from tests.integration.schedsupport import cleanup_pods, group
 from tests.integration.simsupport import (
     GROUP_LABEL,

@@ -32,7 +32,8 @@ from kubernetes.client.rest import ApiException
 
 from decice import lab
 from decice.sim.controlplane import ControlPlaneInfo
-from tests.integration.simsupport import ROOT, create_namespace, start_agent, stop_process
+from tests.integration.labsupport import copy_plugin
+from tests.integration.simsupport import create_namespace, start_agent, stop_process
 from tests.support import wait_for
 
 NODE = "vkhpc-0"
@@ -424,9 +425,7 @@ def real_plugin(info: lab.LabInfo, workdir: Path, flags: str = "") -> Iterator[R
     name = f"vkt-{os.getpid()}"
     host_dir = Path(info.shared_dir) / name
     node_dir = f"{info.shared_mount}/{name}"
-    package = host_dir / "pkg" / "decice"
-    shutil.copytree(ROOT / "cli" / "decice" / "interlink", package / "interlink")
-    shutil.copy(ROOT / "cli" / "decice" / "__init__.py", package / "__init__.py")
+    copy_plugin(host_dir / "pkg")
     for path in [host_dir, *host_dir.rglob("*")]:
         os.chown(path, 1500, 1500)
     token = secrets.token_hex(16)

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,14 @@ from tests.support import IN_CI, REPO
 
 pytestmark = pytest.mark.unit
 
-PACKAGES = (REPO / "cli" / "decice", REPO / "scheduler" / "decice_scheduler")
+# the wheel's packages, as pyproject.toml names them; bootstrap compiles the folders they are in
+PACKAGES = tuple(
+    REPO / package
+    for package in tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["hatch"]["build"][
+        "targets"
+    ]["wheel"]["packages"]
+)
+FOLDERS = [package.parent.name for package in PACKAGES]
 
 
 def _stale(root: Path, base: Path = REPO) -> list[str]:
@@ -34,7 +42,7 @@ def test_the_bootstrap_step_compiles_every_module(tmp_path: Path) -> None:
     """The command bootstrap.sh runs leaves bytecode for every module of a copy of the
     packages, also with PYTHONDONTWRITEBYTECODE set."""
     text = (REPO / "scripts" / "bootstrap.sh").read_text()
-    assert "-m compileall -q -j 0 cli scheduler" in text
+    assert f"-m compileall -q -j 0 {' '.join(FOLDERS)}" in text
     for package in PACKAGES:
         shutil.copytree(
             package,
@@ -44,7 +52,7 @@ def test_the_bootstrap_step_compiles_every_module(tmp_path: Path) -> None:
     assert _stale(tmp_path, tmp_path) != []
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     subprocess.run(
-        [sys.executable, "-m", "compileall", "-q", "-j", "0", "cli", "scheduler"],
+        [sys.executable, "-m", "compileall", "-q", "-j", "0", *FOLDERS],
         cwd=tmp_path, env=env, check=True, capture_output=True, timeout=300,
     )  # fmt: skip
     assert _stale(tmp_path, tmp_path) == []

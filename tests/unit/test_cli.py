@@ -283,7 +283,8 @@ def test_scheduler_role_installs_the_scheduler_extra() -> None:
                 imported.update(a.name.split(".")[0] for a in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 imported.add(node.module.split(".")[0])
-    outside = imported - set(sys.stdlib_module_names) - {"decice_scheduler", "__future__"}
+    own = {"decice_scheduler", "decice_kube", "__future__"}
+    outside = imported - set(sys.stdlib_module_names) - own
     assert outside <= set(distributions), outside
     named = {req.split("[")[0].split(">")[0].split("=")[0] for req in extra}
     assert {distributions[m] for m in outside} <= named, (outside, extra)

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from decice.interlink import quantity
 from decice.interlink.api import parse_create
 from decice.interlink.errors import Unrunnable
 from decice.interlink.podspec import Size, SizeDefaults, parse_flags, parse_pod
+from decice_kube import quantity
 
 pytestmark = pytest.mark.unit
 
@@ -32,13 +32,13 @@ def c(name: str = "main", resources: dict | None = None, **extra: Any) -> dict:
     [("500m", 0.5), ("2", 2), ("1Gi", 2**30), ("128M", 128 * 10**6), ("1e3", 1000), ("1.5", 1.5)],
 )
 def test_quantities(text, value):
-    assert quantity.parse(text) == value
+    assert quantity.exact(text) == value
 
 
 @pytest.mark.parametrize("text", ["", "1x", "-1", "abc", None, True])
 def test_bad_quantities(text):
     with pytest.raises(ValueError):
-        quantity.parse(text)
+        quantity.exact(text)
 
 
 @pytest.mark.parametrize(
@@ -49,7 +49,7 @@ def test_quantities_past_int64_are_refused_without_evaluating_them(text):
     """Finding 5 of the second security round: "1e20000000" memory (valid for the API
     server) held the plugin for 18 s, then answered 500. Now: a plain refusal."""
     with pytest.raises(ValueError, match="out of range"):
-        quantity.parse(text)
+        quantity.exact(text)
 
 
 def test_a_pod_with_an_absurd_quantity_is_unrunnable_with_the_reason():

@@ -6,6 +6,7 @@ stands alone, test modules do not import each other."""
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
 CLI = ROOT / "cli"
 SCHEDULER = ROOT / "scheduler"
+KUBE = ROOT / "kube"
 
 
 def _module_name(path: Path, base: Path) -> str:
@@ -144,6 +146,51 @@ def test_no_cycle_even_through_type_only_imports() -> None:
 
 def test_no_import_cycle_in_the_scheduler_package() -> None:
     assert _cycles(_graph(SCHEDULER, "decice_scheduler")) == []
+
+
+def test_the_kubernetes_library_stands_alone() -> None:
+    """decice_kube (#28) is what the CLI, the scheduler and the interLink plugin share: it
+    has no cycle and imports nothing of theirs; its quantity grammar and pod-request rule
+    import the standard library only (the plugin runs on login hosts without
+    dependencies)."""
+    assert _cycles(_graph(KUBE, "decice_kube", runtime_only=False)) == []
+    for path in (KUBE / "decice_kube").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tops = {m.split(".")[0] for m, _ in _imports(tree, runtime_only=False)}
+        assert not tops & {"decice", "decice_scheduler"}, f"{path} imports {tops}"
+        if path.stem in ("quantity", "pods"):
+            assert tops <= set(sys.stdlib_module_names) | {"__future__", "decice_kube"}, tops
+
+
+def test_one_quantity_grammar_and_one_pod_request_rule() -> None:
+    """Nothing outside decice_kube parses a quantity or sums a pod's containers: no second
+    quantity regex (a suffix alternation such as Ki|Mi) and no other loop over
+    initContainers that adds requests (#28 found two of each)."""
+    offenders = []
+    sources = [
+        *(CLI / "decice").rglob("*.py"),
+        *(SCHEDULER / "decice_scheduler").rglob("*.py"),
+        *(ROOT / "ansible_collections/decice/hybrid").rglob("*.py"),
+    ]
+    for path in sources:
+        text = path.read_text(encoding="utf-8")
+        if "Ki|Mi" in text:
+            offenders.append(f"{path.relative_to(ROOT)}: a quantity grammar")
+        for func in ast.walk(ast.parse(text)):
+            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            read = {
+                node.args[0].value
+                for node in ast.walk(func)
+                if isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            }
+            if {"initContainers", "overhead"} <= read:
+                offenders.append(f"{path.relative_to(ROOT)}:{func.name}: a pod-request rule")
+    assert offenders == []
 
 
 def test_nothing_below_the_lifecycle_imports_it() -> None:

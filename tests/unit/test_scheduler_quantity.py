@@ -2,7 +2,7 @@ from decimal import Decimal
 
 import pytest
 
-from decice_scheduler.quantity import INT64_MAX, parse_cpu, parse_int, parse_quantity, to_units
+from decice_kube.quantity import INT64_MAX, parse_cpu, parse_int, parse_quantity, to_units
 
 pytestmark = pytest.mark.unit
 

@@ -1,7 +1,7 @@
 import pytest
 
+from decice_kube.quantity import INT64_MAX
 from decice_scheduler.builders import container, make_node, make_pod
-from decice_scheduler.quantity import INT64_MAX
 from decice_scheduler.resources import (
     Resources,
     fits,

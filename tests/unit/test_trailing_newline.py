@@ -21,7 +21,12 @@ from tests.support import REPO
 
 pytestmark = pytest.mark.unit
 
-PRODUCT = ("cli/decice", "scheduler/decice_scheduler", "ansible_collections/decice/hybrid/plugins")
+PRODUCT = (
+    "cli/decice",
+    "kube/decice_kube",
+    "scheduler/decice_scheduler",
+    "ansible_collections/decice/hybrid/plugins",
+)
 
 
 def _dollar_patterns(source: str) -> list[tuple[int, str]]:

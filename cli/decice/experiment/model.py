@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from decice import spec as spec_module
 from decice.errors import InputError
-from decice_scheduler.quantity import parse_quantity
+from decice_kube.quantity import parse_quantity
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?\Z")
 _DURATION = re.compile(r"^(\d+(\.\d+)?)(ms|s|m|h)\Z")

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from decice_scheduler.quantity import parse_quantity
+from decice_kube.quantity import parse_quantity
 
 CI_LEVEL = 0.95
 # an arm that ran its course counts, also when its timeout cut it (pods never scheduled

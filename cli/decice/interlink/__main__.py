@@ -17,7 +17,7 @@ from pathlib import Path
 from types import FrameType
 
 from decice import __version__
-from decice.interlink import quantity, slurm
+from decice.interlink import slurm
 from decice.interlink.errors import PluginError, UsageError
 from decice.interlink.jobscript import Defaults, Runtime
 from decice.interlink.pilot import PilotConfig
@@ -32,6 +32,7 @@ from decice.interlink.server import (
     read_token,
 )
 from decice.interlink.tunnel import Tunnel, TunnelSpec, parse_target
+from decice_kube import quantity
 
 log = logging.getLogger("decice.interlink")
 
@@ -150,8 +151,8 @@ def _launcher(text: str) -> tuple[str, ...]:
 
 def _size_defaults(cpu: str, memory: str) -> SizeDefaults:
     try:
-        cpus = quantity.ceil(quantity.parse(cpu))
-        memory_mb = quantity.ceil(quantity.parse(memory) / 2**20) if memory else 0
+        cpus = quantity.ceil(quantity.exact(cpu))
+        memory_mb = quantity.ceil(quantity.exact(memory) / 2**20) if memory else 0
     except ValueError as exc:
         raise UsageError(f"--default-cpu/--default-memory: {exc}") from None
     if cpus < 1:

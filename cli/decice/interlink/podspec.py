@@ -20,9 +20,11 @@ from fractions import Fraction
 from pathlib import PurePosixPath
 from typing import Any
 
-from decice.interlink import quantity, sbatchflags
+from decice.interlink import sbatchflags
 from decice.interlink.api import DNS_LABEL, CreateRequest, Volumes
 from decice.interlink.errors import Unrunnable
+from decice_kube import quantity
+from decice_kube.pods import peak_request
 
 ANNOTATION_PREFIX = "slurm-job.vk.io/"
 ANN_TIME = ANNOTATION_PREFIX + "time"
@@ -134,68 +136,34 @@ def _where(ref_name: str, what: str) -> str:
     return f"pod {ref_name}: {what}"
 
 
-def _resources(container: dict[str, Any]) -> dict[str, Fraction]:
-    """A container's asks: limits where given, else requests (cpu, memory, GPUs)."""
-    res = container.get("resources") or {}
+def _asks(res: Any, name: str) -> dict[str, Fraction]:
+    """What one resources object asks for: limits where given, else requests (cpu,
+    memory, GPUs)."""
+    res = res or {}
     asked: dict[str, Fraction] = {}
     if not isinstance(res, dict):
-        raise Unrunnable(f"container {container.get('name')}: resources: not an object")
+        raise Unrunnable(f"container {name}: resources: not an object")
     for kind in ("requests", "limits"):  # limits win
         given = res.get(kind) or {}
         if not isinstance(given, dict):
-            raise Unrunnable(f"container {container.get('name')}: resources.{kind}: not an object")
-        for name, value in given.items():
-            if name not in ("cpu", "memory", *GPUS):
+            raise Unrunnable(f"container {name}: resources.{kind}: not an object")
+        for resource, value in given.items():
+            if resource not in ("cpu", "memory", *GPUS):
                 continue
             try:
-                asked[name] = quantity.parse(value)
+                asked[resource] = quantity.exact(value)
             except ValueError as exc:
-                cname = container.get("name")
-                raise Unrunnable(f"container {cname}: resources.{kind}.{name}: {exc}") from exc
+                raise Unrunnable(f"container {name}: resources.{kind}.{resource}: {exc}") from exc
     return asked
 
 
-def _add(into: dict[str, Fraction], more: dict[str, Fraction]) -> None:
-    for name, value in more.items():
-        into[name] = into.get(name, Fraction(0)) + value
-
-
-def _max(into: dict[str, Fraction], other: dict[str, Fraction]) -> None:
-    for name, value in other.items():
-        into[name] = max(into.get(name, Fraction(0)), value)
-
-
 def job_size(pod: dict[str, Any], label: str, defaults: SizeDefaults | None = None) -> Size:
-    """What the pod holds at its peak, as Kubernetes counts a pod's request: max(app
-    containers + sidecars, the largest init step) + overhead, where sidecars are init
-    containers with ``restartPolicy: Always`` and an init step is one init container plus
-    the sidecars started before it; pod-level ``spec.resources`` replaces the container
-    sum. What no container sets comes from ``defaults`` (one cpu, the partition's
-    memory)."""
+    """What the pod holds at its peak, counted as Kubernetes counts a pod's request
+    (:func:`decice_kube.pods.peak_request`: app containers, sidecars, init steps,
+    pod-level resources, overhead) from each container's limits, else its requests. What
+    no container sets comes from ``defaults`` (one cpu, the partition's memory)."""
     defaults = defaults or SizeDefaults()
-    spec = pod.get("spec") or {}
-    total: dict[str, Fraction] = {}
-    for c in spec.get("containers") or []:
-        _add(total, _resources(c))
-    sidecars: dict[str, Fraction] = {}
-    peak: dict[str, Fraction] = {}
-    for c in spec.get("initContainers") or []:
-        asked = _resources(c)
-        if c.get("restartPolicy") == "Always":
-            _add(sidecars, asked)
-            _add(total, asked)
-            _max(peak, sidecars)
-        else:
-            step = dict(sidecars)
-            _add(step, asked)
-            _max(peak, step)
-    _max(total, peak)
-    pod_level = _resources({"name": "spec.resources", "resources": spec.get("resources")})
-    total.update({k: v for k, v in pod_level.items() if k in ("cpu", "memory")})
-    overhead = _resources(
-        {"name": "spec.overhead", "resources": {"requests": spec.get("overhead")}}
-    )
-    _add(total, overhead)
+    total = peak_request(pod, _asks)
     cpus = max(1, quantity.ceil(total["cpu"])) if total.get("cpu") else defaults.cpus
     memory_mb = (
         max(1, quantity.ceil(total["memory"] / 2**20))
@@ -359,8 +327,8 @@ def _resource_field(source: dict[str, Any], container: dict[str, Any], what: str
     res = container.get("resources") or {}
     raw = (res.get(kind) or {}).get(name) or (res.get("limits") or {}).get(name)
     try:
-        value = quantity.parse(raw) if raw is not None else Fraction(0)
-        divisor = quantity.parse(ref.get("divisor") or "1")
+        value = quantity.exact(raw) if raw is not None else Fraction(0)
+        divisor = quantity.exact(ref.get("divisor") or "1")
     except ValueError as exc:
         raise Unrunnable(f"{what}: resourceFieldRef: {exc}") from exc
     if not divisor:
