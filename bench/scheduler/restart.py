@@ -32,7 +32,7 @@ from typing import Any
 from decice.sim.binaries import resolve_binaries
 from decice.sim.controlplane import ControlPlane
 from decice.sim.scheduler_service import free_port, scheduler_argv
-from decice_scheduler.client import Client
+from decice_kube.client import Client
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

@@ -70,8 +70,8 @@ from _stream_stats import (  # noqa: E402
 from throughput import cpu_seconds, pod_body, populate, start  # noqa: E402
 
 from decice.sim import audit  # noqa: E402
-from decice_scheduler.client import Client, load_kubeconfig  # noqa: E402
-from decice_scheduler.http1 import Http1Pool  # noqa: E402
+from decice_kube.client import Client, load_kubeconfig  # noqa: E402
+from decice_kube.http1 import Http1Pool  # noqa: E402
 
 PODS = "/api/v1/namespaces/default/pods"
 WARMUP = 10

@@ -59,7 +59,7 @@ from decice.sim.scheduler_service import free_port, scheduler_argv
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scheduler"))
 
-from decice_scheduler.client import Client  # noqa: E402
+from decice_kube.client import Client  # noqa: E402
 from decice_scheduler.resources import node_allocatable, pod_request  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")

@@ -2,7 +2,7 @@
 stream (not a test).
 
 decice-scheduler reads one pod watch event per pod it binds (and one per pod created);
-``Client.watch`` reads them over the lean HTTP/1.1 stream of ``decice_scheduler.http1``
+``Client.watch`` reads them over the lean HTTP/1.1 stream of ``decice_kube.http1``
 when the client has that path (kubeconfig-built, no retries: the scheduler's client), and
 over httpx's HTTP/2 stream otherwise. This measures what one event costs the watcher in
 each, on a real API server.
@@ -43,7 +43,7 @@ sys.path.insert(0, str(HERE.parents[1] / "scheduler"))
 
 from throughput import populate  # noqa: E402
 
-from decice_scheduler.client import MERGE_PATCH, Client  # noqa: E402
+from decice_kube.client import MERGE_PATCH, Client  # noqa: E402
 
 PODS = "/api/v1/namespaces/default/pods"
 TRANSPORTS = ("http2", "http1")

@@ -23,9 +23,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from decice_kube.client import Client, load_kubeconfig
 from decice_scheduler.audit import Auditor
 from decice_scheduler.binder import Binder, TokenBucket
-from decice_scheduler.client import Client, load_kubeconfig
 from decice_scheduler.eventproc import QUEUE_SIZE, Events, WriterSettings
 from decice_scheduler.gang import GangScheduler
 from decice_scheduler.leader import LeaderElector

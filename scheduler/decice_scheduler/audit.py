@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from decice_scheduler.client import Client
+from decice_kube.client import Client
 from decice_scheduler.metrics import Metrics
 from decice_scheduler.offloop import run_in_thread
 from decice_scheduler.state import ClusterState

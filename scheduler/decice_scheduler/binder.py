@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
-from decice_scheduler.client import ApiError, Client
+from decice_kube.client import ApiError, Client
 from decice_scheduler.metrics import Metrics
 from decice_scheduler.objects import pod_key, pod_uid
 from decice_scheduler.queue import SchedulingQueue

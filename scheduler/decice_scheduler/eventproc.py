@@ -54,7 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from decice_scheduler.client import Client, load_kubeconfig
+import decice_kube
+from decice_kube.client import Client, load_kubeconfig
 from decice_scheduler.events import (
     FINISH_AFTER,
     PATCH_EVERY,
@@ -276,15 +277,18 @@ def writer_argv(fd: int) -> list[str]:
 
 
 def writer_env() -> dict[str, str]:
-    """This environment; when decice_scheduler was imported from a source tree rather
-    than an installed site directory, that tree appended to PYTHONPATH."""
+    """This environment; where decice_scheduler or decice_kube (the writer's client) was
+    imported from a source tree rather than an installed site directory, that tree
+    appended to PYTHONPATH."""
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
     sites = {str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages()]}
-    if root not in sites:
-        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        if root not in paths:
-            env["PYTHONPATH"] = os.pathsep.join([*paths, root])
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    for module in (__file__, decice_kube.__file__):
+        root = str(Path(module).resolve().parent.parent)
+        if root not in sites and root not in paths:
+            paths.append(root)
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
     return env
 
 

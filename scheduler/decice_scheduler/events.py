@@ -54,8 +54,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+from decice_kube.client import MERGE_PATCH, ApiError, Client
 from decice_scheduler.binder import TokenBucket
-from decice_scheduler.client import MERGE_PATCH, ApiError, Client
 
 __all__ = [
     "CORE_V1",

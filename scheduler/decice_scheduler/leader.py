@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from decice_scheduler.client import ApiError, Client
+from decice_kube.client import ApiError, Client
 
 __all__ = ["LeaderElector"]
 

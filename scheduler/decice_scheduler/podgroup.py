@@ -15,7 +15,7 @@ missing, zero or negative timeout is :data:`DEFAULT_TIMEOUT` (scheduler-plugins'
 default wait).
 
 :class:`PodGroupWatch` keeps :class:`PodGroupStore` in step with the API through the
-scheduler's one client (:class:`~decice_scheduler.client.Client`): it probes the
+scheduler's one client (:class:`~decice_kube.client.Client`): it probes the
 group-version, lists, then watches from the list's resourceVersion (410: list again).
 The CRD absent (404), or no permission to read PodGroups (403): the PodGroup form is
 off, said once in the log, and probed again every ``probe_interval`` seconds.
@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from decice_scheduler.client import ApiError, Client, Gone
+from decice_kube.client import ApiError, Client, Gone
 
 __all__ = [
     "ANNOTATION_MIN_MEMBER",

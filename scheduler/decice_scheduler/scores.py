@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from decice_scheduler.client import MERGE_PATCH, ApiError, Client
+from decice_kube.client import MERGE_PATCH, ApiError, Client
 from decice_scheduler.metrics import Metrics
 from decice_scheduler.resources import Resources
 from decice_scheduler.state import ClusterState

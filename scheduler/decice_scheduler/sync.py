@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from decice_scheduler.client import ApiError, Client, Gone
+from decice_kube.client import ApiError, Client, Gone
 from decice_scheduler.metrics import Metrics
 from decice_scheduler.objects import node_name_of, pod_uid
 from decice_scheduler.queue import SchedulingQueue, wants_scheduling

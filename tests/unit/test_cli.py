@@ -277,7 +277,10 @@ def test_scheduler_role_installs_the_scheduler_extra() -> None:
     assert yaml.safe_load(defaults.read_text())["scheduler_pip_requirements"] == extra
     distributions = {"httpx": "httpx", "yaml": "pyyaml", "prometheus_client": "prometheus-client"}
     imported: set[str] = set()
-    for path in (root / "scheduler/decice_scheduler").rglob("*.py"):
+    for path in [
+        *(root / "scheduler/decice_scheduler").rglob("*.py"),
+        *(root / "kube/decice_kube").rglob("*.py"),  # what the scheduler runs on
+    ]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 imported.update(a.name.split(".")[0] for a in node.names)

@@ -1,4 +1,4 @@
-"""decice_scheduler.client: kubeconfig loading, retries, errors, paging, watches."""
+"""decice_kube.client: kubeconfig loading, retries, errors, paging, watches."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 
 from decice.sim.pki import self_signed
-from decice_scheduler import client as kclient
-from decice_scheduler.client import ApiError, Client, Gone, KubeConfig, Response, load_kubeconfig
+from decice_kube import client as kclient
+from decice_kube.client import ApiError, Client, Gone, KubeConfig, Response, load_kubeconfig
 
 pytestmark = pytest.mark.unit
 
@@ -485,3 +485,81 @@ def test_from_kubeconfig_async_with_against_a_local_server(tmp_path: Path) -> No
     ]
     assert kube.requests == 2
     assert kube._http.is_closed and kube._watch_http.is_closed  # async with closed the pools
+
+
+def test_a_rotated_token_file_is_read_again_on_both_http_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod's projected service-account token (the scheduler's Deployment mode points
+    its kubeconfig's tokenFile at it) is rotated in place by the kubelet: the client
+    sends the file's new token once the last read is TOKEN_REREAD_S old, on httpx's path
+    (GET) and on the lean HTTP/1.1 pool's (POST: bindings)."""
+    handler = type("Api", (_Api,), {"seen": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    token = tmp_path / "token"
+    token.write_text("one\n")
+    try:
+        path = write_kubeconfig(tmp_path / "kc", {}, {"tokenFile": "token"})
+        doc = yaml.safe_load(path.read_text())
+        doc["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{server.server_port}"
+        path.write_text(yaml.safe_dump(doc))
+
+        async def session() -> Client:
+            async with Client.from_kubeconfig(path, user_agent="unit-test") as kube:
+                assert kube._fast is not None  # the POST takes the HTTP/1.1 pool
+                await kube.get("/a")
+                await kube.post("/b", {})
+                token.write_text("two\n")
+                await kube.get("/c")  # not yet TOKEN_REREAD_S old: still "one"
+                monkeypatch.setattr(kclient, "TOKEN_REREAD_S", 0.0)
+                await kube.get("/d")
+                await kube.post("/e", {})
+                token.unlink()  # a failed re-read keeps the last token
+                await kube.post("/f", {})
+            return kube
+
+        run(session())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [(method, path, auth) for method, path, auth, _ in handler.seen] == [
+        ("GET", "/a", "Bearer one"),
+        ("POST", "/b", "Bearer one"),
+        ("GET", "/c", "Bearer one"),
+        ("GET", "/d", "Bearer two"),
+        ("POST", "/e", "Bearer two"),
+        ("POST", "/f", "Bearer two"),
+    ]
+
+
+def test_bearer_token_rereads_its_file_by_age_and_never_logs_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [100.0]
+    path = tmp_path / "token"
+    path.write_text("first")
+    token = kclient.BearerToken("first", path, clock=lambda: now[0])
+    path.write_text("second")
+    now[0] += kclient.TOKEN_REREAD_S - 1
+    assert token.get() == "first"
+    now[0] += 1
+    assert token.get() == "second"
+    path.write_text("   \n")
+    now[0] += kclient.TOKEN_REREAD_S
+    with caplog.at_level("WARNING", logger="decice_kube.client"):
+        assert token.get() == "second"
+    assert "is empty" in caplog.text and "second" not in caplog.text
+    assert kclient.BearerToken("static").get() == "static"  # no file: as given
+
+
+def test_the_http1_pool_refuses_a_header_that_would_split_the_request() -> None:
+    from decice_kube.http1 import Http1Pool
+
+    pool = Http1Pool("http://127.0.0.1:1", None, {"Authorization": "Bearer ok"})
+    with pytest.raises(ValueError, match="line break"):
+        pool.set_header("Authorization", "Bearer a\r\nX-Evil: 1")
+    assert pool._fixed_headers.endswith("Authorization: Bearer ok\r\n")  # unchanged
+    with pytest.raises(ValueError, match="line break"):
+        Http1Pool("http://127.0.0.1:1", None, {"Authorization": "Bearer a\nb"})

@@ -17,7 +17,7 @@ from decice import inventory, spec
 from decice.errors import InputError, RunFailedError
 from decice.kubespray import edge, render, run, source
 from decice.mirror import Mirror
-from decice_scheduler.client import Client, KubeConfig
+from decice_kube.client import Client, KubeConfig
 
 pytestmark = pytest.mark.unit
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from decice_scheduler.client import Client, load_kubeconfig
+from decice_kube.client import Client, load_kubeconfig
 from decice_scheduler.eventproc import QUEUE_SIZE, Events, WriterSettings, writer_env
 from decice_scheduler.events import BINDING_LEASE, CONCURRENCY, EventWriter, scheduled_record
 from decice_scheduler.metrics import Metrics
@@ -310,7 +310,8 @@ def test_the_writer_exits_when_the_scheduler_is_killed(api: FakeApi, tmp_path: P
 def test_writer_env_finds_a_source_tree(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     paths = writer_env()["PYTHONPATH"].split(os.pathsep)
-    assert paths == ["/elsewhere", str(REPO / "scheduler")]  # appended: shadows nothing
+    # appended, shadowing nothing: the scheduler's tree and its client's (decice_kube)
+    assert paths == ["/elsewhere", str(REPO / "scheduler"), str(REPO / "kube")]
 
 
 def test_writes_yield_to_binds_in_flight_and_none_is_dropped(tmp_path: Path) -> None:

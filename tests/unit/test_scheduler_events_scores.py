@@ -10,9 +10,9 @@ import pytest
 
 from decice import spec
 from decice.sim.scheduler_service import placement_crd, placement_flags
+from decice_kube.client import Client
 from decice_scheduler.__main__ import main
 from decice_scheduler.binder import TokenBucket
-from decice_scheduler.client import Client
 from decice_scheduler.events import (
     CORE_V1,
     EVENTS_V1,

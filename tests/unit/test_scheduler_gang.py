@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from decice_kube.client import Response
 from decice_scheduler.builders import make_node, make_pod
-from decice_scheduler.client import Response
 from decice_scheduler.gang import GangScheduler
 from decice_scheduler.metrics import Metrics
 from decice_scheduler.objects import pod_uid

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from decice_scheduler.http1 import Http1Pool
+from decice_kube.http1 import Http1Pool
 
 pytestmark = pytest.mark.unit
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from decice_kube.client import ApiError
 from decice_scheduler.binder import TokenBucket
 from decice_scheduler.builders import make_node, make_pod
-from decice_scheduler.client import ApiError
 from decice_scheduler.metrics import Metrics
 from decice_scheduler.queue import SchedulingQueue, wants_scheduling
 from decice_scheduler.state import ClusterState

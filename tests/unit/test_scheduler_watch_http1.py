@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from decice_scheduler import http1
-from decice_scheduler.client import ApiError, Client, Gone, KubeConfig
-from decice_scheduler.http1 import Http1Stream
+from decice_kube import http1
+from decice_kube.client import ApiError, Client, Gone, KubeConfig
+from decice_kube.http1 import Http1Stream
 
 pytestmark = pytest.mark.unit
 

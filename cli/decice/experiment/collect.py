@@ -8,7 +8,7 @@ answered the create, or the watch saw the pod, whichever came first), ``schedule
 own timestamps (1 s resolution) are kept beside them in ``api``.
 Events of the namespace are counted per pod and reason (``FailedScheduling`` with its
 last message). Everything goes through decice's one Kubernetes client
-(:mod:`decice_scheduler.client`).
+(:mod:`decice_kube.client`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from decice.experiment.workload import EXPERIMENT_LABEL, PlannedPod
-from decice_scheduler.client import ApiError, Client, Gone
+from decice_kube.client import ApiError, Client, Gone
 
 CREATE_IN_FLIGHT = 16  # concurrent pod creates (a burst)
 TERMINAL = frozenset({"Succeeded", "Failed"})

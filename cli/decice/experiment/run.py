@@ -180,7 +180,7 @@ def _cluster(command: str, plan: Plan, run: _Run, view: View) -> None:
 async def _cluster_ready(kubeconfig: Path) -> tuple[list[str], dict[str, Any]]:
     """Delete the namespaces a killed experiment run left; (their names, the API server's
     /version)."""
-    from decice_scheduler.client import Client
+    from decice_kube.client import Client
 
     async with Client.from_kubeconfig(kubeconfig, user_agent="decice-experiment") as client:
         names = await collect.leftover_namespaces(client)
@@ -192,7 +192,7 @@ async def _cluster_ready(kubeconfig: Path) -> tuple[list[str], dict[str, Any]]:
 async def _arm(
     kubeconfig: Path, run: _Run, arm_run: collect.ArmRun, arm: model.Arm, token_secret: bool
 ) -> None:
-    from decice_scheduler.client import Client
+    from decice_kube.client import Client
 
     plan = run.plan
     exp = plan.loaded.experiment
@@ -346,7 +346,7 @@ def _ensure_scheduler(plan: Plan, wanted: SchedulerSpec) -> None:
     """decice-scheduler on the sim with ``wanted``'s settings (restarted if they differ,
     ready, its smoke pod placed), before an arm's clock starts."""
     from decice.sim import scheduler_service
-    from decice_scheduler.client import ApiError
+    from decice_kube.client import ApiError
 
     state_dir = plan.spec.state_dir.resolve()
     try:

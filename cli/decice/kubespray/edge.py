@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 if TYPE_CHECKING:
-    from decice_scheduler.client import Client
+    from decice_kube.client import Client
 
 EDGE_LABEL = "node-role.kubernetes.io/edge"
 NAMESPACE = "kube-system"
@@ -67,7 +67,7 @@ def patch_for(affinity: dict[str, Any] | None) -> list[dict[str, Any]] | None:
 
 def apply(kubeconfig: Path, *, log: Callable[[str], None] = print) -> list[str]:
     """Patch the matching DaemonSets of kube-system; return the names patched."""
-    from decice_scheduler.client import Client  # httpx, yaml: only when needed
+    from decice_kube.client import Client  # httpx, yaml: only when needed
 
     async def run() -> list[str]:
         async with Client.from_kubeconfig(kubeconfig, user_agent=USER_AGENT, max_retries=3) as kube:
@@ -78,7 +78,7 @@ def apply(kubeconfig: Path, *, log: Callable[[str], None] = print) -> list[str]:
 
 async def patch_daemonsets(kube: Client, *, log: Callable[[str], None] = print) -> list[str]:
     """``apply`` over an open client."""
-    from decice_scheduler.client import JSON_PATCH
+    from decice_kube.client import JSON_PATCH
 
     patched = []
     items, _ = await kube.list_all(DAEMONSETS)

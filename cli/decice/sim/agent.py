@@ -71,7 +71,7 @@ from decice.sim import simnodes
 from decice.sim.simnodes import SimNode
 from decice.sim.vkubelet import VirtualKubelets
 from decice.spec_model import SimNodeGroup
-from decice_scheduler.client import MERGE_PATCH, ApiError, Client, Gone, gc_paused
+from decice_kube.client import MERGE_PATCH, ApiError, Client, Gone, gc_paused
 from decice_scheduler.resources import Resources, node_allocatable, pod_request
 
 log = logging.getLogger("decice.sim.agent")

@@ -44,7 +44,7 @@ from decice import paths
 from decice.errors import RunFailedError
 from decice.sim import procs
 from decice.spec_model import SchedulerSpec
-from decice_scheduler.client import ApiError, Client, load_kubeconfig
+from decice_kube.client import ApiError, Client, load_kubeconfig
 
 T = TypeVar("T")
 

@@ -64,7 +64,7 @@ from decice.interlink import api
 from decice.sim import simnodes, vkmodel
 from decice.sim.simnodes import SimNode
 from decice.sim.vkmodel import Endpoint, MissingRef
-from decice_scheduler.client import MERGE_PATCH, ApiError, Client
+from decice_kube.client import MERGE_PATCH, ApiError, Client
 
 log = logging.getLogger("decice.sim.vkubelet")
 

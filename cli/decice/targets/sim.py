@@ -280,7 +280,7 @@ def node_kind(node: dict[str, Any]) -> str:
 def _list_nodes(kubeconfig: Path) -> list[dict[str, Any]]:
     import asyncio
 
-    from decice_scheduler.client import Client
+    from decice_kube.client import Client
 
     async def work() -> list[dict[str, Any]]:
         async with Client.from_kubeconfig(

@@ -9,7 +9,7 @@ by (API group, kind, namespace, name) and uid, so an object deleted and created 
 counts as new.
 
 Standard library only. The ``decice.hybrid.api_snapshot`` module reads the cluster
-through kubernetes.core, the decice CLI through ``decice_scheduler.client``: each hands
+through kubernetes.core, the decice CLI through ``decice_kube.client``: each hands
 :func:`take_snapshot` a :data:`Fetch` callable and both share everything else here.
 """
 

@@ -14,8 +14,12 @@ Per client, and off by default (the scheduler's hot path wants neither):
 
 With both off and a kubeconfig-built config (the scheduler's own client), small POSTs
 (``post``: bindings) take a lean HTTP/1.1 pool and watches a lean HTTP/1.1 stream on a
-connection of their own (see :mod:`decice_scheduler.http1`): httpx's HTTP/2 costs about
+connection of their own (see :mod:`decice_kube.http1`): httpx's HTTP/2 costs about
 twice the CPU per watch event (``bench/scheduler/watch_cost.py``).
+
+A kubeconfig's ``tokenFile`` (a pod's projected service-account token, which the
+kubelet rotates in place) is read again once the token read is :data:`TOKEN_REREAD_S`
+old, as client libraries do; a static ``token`` is sent as given.
 
 Errors: :class:`ApiError` (``status`` 0 for a transport failure) and its subclass
 :class:`Gone` (410: the resourceVersion is too old, list again).
@@ -32,7 +36,8 @@ import os
 import random
 import ssl
 import tempfile
-from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Collection, Generator, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,14 +48,16 @@ from urllib.parse import urlencode
 import httpx
 import yaml
 
-from decice_scheduler.http1 import Http1Pool
+from decice_kube.http1 import Http1Pool
 
 __all__ = [
     "JSON",
     "JSON_PATCH",
     "MERGE_PATCH",
     "RETRY_STATUS",
+    "TOKEN_REREAD_S",
     "ApiError",
+    "BearerToken",
     "Client",
     "Gone",
     "KubeConfig",
@@ -67,6 +74,9 @@ MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 BIG_BODY = 256 * 1024  # decode bodies above this with the cyclic GC paused
+# a token file is read again after this long (client-go's cached file token source
+# re-reads each minute; the kubelet refreshes a projected token well before it expires)
+TOKEN_REREAD_S = 60.0
 
 Params = Mapping[str, str | int]
 
@@ -116,10 +126,55 @@ class KubeConfig:
 
     server: str
     ssl_context: ssl.SSLContext
-    token: str | None = None
+    token: str | None = None  # as given, or as read from token_file when loaded
     # a fresh context with the same trust and client certificate (httpx sets the ALPN
     # protocols of the context it is given, so the HTTP/1.1 pool needs its own)
     new_ssl_context: Callable[[], ssl.SSLContext] | None = None
+    token_file: Path | None = None  # read again as the token ages (BearerToken)
+
+
+class BearerToken:
+    """The token a client sends: a kubeconfig's ``token``, or its ``tokenFile`` read
+    again once the last read is :data:`TOKEN_REREAD_S` old. A failed or empty re-read
+    keeps the last token (logged, without the token) and is tried again next time."""
+
+    def __init__(
+        self,
+        value: str | None,
+        path: Path | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._value = value
+        self.path = path
+        self._clock = clock
+        self._read_at = clock()
+
+    def get(self) -> str | None:
+        if self.path is not None and self._clock() - self._read_at >= TOKEN_REREAD_S:
+            self._read_at = self._clock()
+            try:
+                fresh = self.path.read_text().strip()
+            except OSError as exc:
+                log.warning("token file %s: %s; the last token stays", self.path, exc.strerror)
+            else:
+                if fresh:
+                    self._value = fresh
+                else:
+                    log.warning("token file %s is empty; the last token stays", self.path)
+        return self._value
+
+
+class _BearerAuth(httpx.Auth):
+    """httpx's per-request hook for a token that rotates."""
+
+    def __init__(self, token: BearerToken) -> None:
+        self._token = token
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        value = self._token.get()
+        if value:
+            request.headers["Authorization"] = f"Bearer {value}"
+        yield request
 
 
 def load_kubeconfig(path: str | Path, context: str | None = None) -> KubeConfig:
@@ -141,13 +196,16 @@ def load_kubeconfig(path: str | Path, context: str | None = None) -> KubeConfig:
         return _ssl_context(cluster, user, base)
 
     token = user.get("token")
+    token_file = None
     if not token and user.get("tokenFile"):
-        token = (base / user["tokenFile"]).read_text().strip()
+        token_file = base / user["tokenFile"]
+        token = token_file.read_text().strip()
     return KubeConfig(
         str(cluster["server"]).rstrip("/"),
         make_context(),
         str(token) if token else None,
         make_context,
+        token_file,
     )
 
 
@@ -273,7 +331,11 @@ class Client:
         self._slots = None if max_in_flight is None else asyncio.Semaphore(max_in_flight)
         self._plain = max_retries == 0 and max_in_flight is None
         headers = {"Accept": JSON, "User-Agent": user_agent or "decice-scheduler"}
-        if config.token:
+        self._token = BearerToken(config.token, config.token_file)
+        auth = None
+        if config.token_file is not None:
+            auth = _BearerAuth(self._token)
+        elif config.token:
             headers["Authorization"] = f"Bearer {config.token}"
         limits = httpx.Limits(max_connections=4, max_keepalive_connections=4)
 
@@ -283,6 +345,7 @@ class Client:
                 http2=True,
                 verify=config.ssl_context,
                 headers=headers,
+                auth=auth,
                 timeout=httpx.Timeout(timeout),
                 limits=limits,
                 transport=transport,
@@ -291,13 +354,17 @@ class Client:
         self._http = make()
         self._watch_http = make()
         self._fast: Http1Pool | None = None
+        self._fast_token = config.token
         plain_http = config.server.startswith("http://")
         if self._plain and transport is None and (plain_http or config.new_ssl_context):
             fast_ssl = None if plain_http else config.new_ssl_context
+            fast_headers = dict(headers)
+            if config.token:
+                fast_headers["Authorization"] = f"Bearer {config.token}"
             self._fast = Http1Pool(
                 config.server,
                 None if fast_ssl is None else fast_ssl(),
-                dict(headers),
+                fast_headers,
                 max_connections=32,
                 timeout=timeout,
             )
@@ -342,6 +409,16 @@ class Client:
         if self._fast is not None:
             await self._fast.close()
 
+    def _fast_pool(self) -> Http1Pool:
+        """The lean HTTP/1.1 pool, sending the current token (a token file rotates)."""
+        assert self._fast is not None
+        if self._token.path is not None:
+            token = self._token.get()
+            if token != self._fast_token:
+                self._fast.set_header("Authorization", f"Bearer {token}")
+                self._fast_token = token
+        return self._fast
+
     # ------------------------------------------------------------ requests
 
     async def post(self, path: str, body: Any) -> Response:
@@ -350,7 +427,7 @@ class Client:
         if self._fast is None:
             return await self.request("POST", path, body=body)
         try:
-            status, data = await self._fast.request_json("POST", path, body)
+            status, data = await self._fast_pool().request_json("POST", path, body)
         except (OSError, ValueError, TimeoutError) as exc:
             raise ApiError("POST", path, 0, repr(exc)) from exc
         self.requests += 1
@@ -526,10 +603,9 @@ class Client:
         self, path: str, query: Mapping[str, str | int], read_timeout: float
     ) -> AsyncIterator[dict[str, Any]]:
         """``watch`` over a connection of the lean HTTP/1.1 pool's kind (its own)."""
-        assert self._fast is not None
         target = f"{path}?{urlencode(query)}"
         try:
-            stream = await self._fast.open_stream(target, read_timeout)
+            stream = await self._fast_pool().open_stream(target, read_timeout)
         except (OSError, TimeoutError, ValueError) as exc:
             raise ApiError("WATCH", path, 0, repr(exc)) from exc
         try:

@@ -354,15 +354,28 @@ class Http1Pool:
         if self._ssl is not None:
             self._ssl.set_alpn_protocols(["http/1.1"])
         self._prefix = (url.path or "").rstrip("/")
-        host_header = url.netloc
-        fixed = {"Host": host_header, **headers}
-        self._fixed_headers = "".join(f"{k}: {v}\r\n" for k, v in fixed.items())
+        self._headers: dict[str, str] = {}
+        self._fixed_headers = ""
+        self._use_headers({"Host": url.netloc, **headers})
         self._max = max(1, max_connections)
         self._timeout = timeout
         self._idle: deque[_Conn] = deque()
         self._open = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._closing = False
+
+    def _use_headers(self, headers: dict[str, str]) -> None:
+        """Send ``headers`` from now on; ValueError (nothing changed) if one would split
+        the request (a line break or NUL: a token file is input)."""
+        for name, value in headers.items():
+            if any(c in f"{name}{value}" for c in "\r\n\0"):
+                raise ValueError(f"header {name!r}: a line break or NUL in its value")
+        self._headers = headers
+        self._fixed_headers = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+
+    def set_header(self, name: str, value: str) -> None:
+        """Send ``name: value`` with every later request and stream (a rotated token)."""
+        self._use_headers({**self._headers, name: value})
 
     async def request_json(self, method: str, path: str, body: Any) -> tuple[int, Any]:
         """(status, decoded JSON body or None). Raises OSError/TimeoutError/ValueError."""
