@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.helm is None:
-        from decice.sim.binaries import resolve_binaries
+        from decice.sim.binaries.resolve import resolve_binaries
 
         args.helm = str(resolve_binaries(names=("helm",)).path("helm"))
     artifacts = chart_artifacts()

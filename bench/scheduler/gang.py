@@ -32,8 +32,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from decice.sim.binaries import resolve_binaries
-from decice.sim.controlplane import ControlPlane
+from decice.sim.binaries.resolve import resolve_binaries
+from decice.sim.controlplane.loopback import ControlPlane
 from decice.sim.scheduler_service import free_port, scheduler_argv
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -29,8 +29,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from decice.sim.binaries import resolve_binaries
-from decice.sim.controlplane import ControlPlane
+from decice.sim.binaries.resolve import resolve_binaries
+from decice.sim.controlplane.loopback import ControlPlane
 from decice.sim.scheduler_service import free_port, scheduler_argv
 from decice_kube.client import Client
 

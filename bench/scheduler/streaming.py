@@ -15,7 +15,7 @@ the start, whatever the earlier POSTs are doing, over up to ``--connections`` (3
 keep-alive HTTP/1.1 connections; it records the time each POST returned (cross-check:
 POST returned→bound, ``xcheck_*``) and the achieved create rate. The API server's own
 record is the third measure (``api_*``): it runs with an audit log of every create of a pod
-or of a pod's binding (``decice.sim.audit.POLICY``), and a pod's create→bound is the
+or of a pod's binding (``decice.sim.controlplane.audit.POLICY``), and a pod's create→bound is the
 time its binding's POST completed minus the time its create's POST completed, both stamped
 by the API server (``stageTimestamp``), so neither the watcher's nor the creator's delays
 are in it. The log costs the API server the same for both schedulers.
@@ -48,8 +48,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from decice.sim.binaries import resolve_binaries
-from decice.sim.controlplane import ControlPlane
+from decice.sim.binaries.resolve import resolve_binaries
+from decice.sim.controlplane.loopback import ControlPlane
 from decice.sim.scheduler_service import free_port
 
 HERE = Path(__file__).resolve().parent
@@ -69,7 +69,7 @@ from _stream_stats import (  # noqa: E402
 )
 from throughput import cpu_seconds, pod_body, populate, start  # noqa: E402
 
-from decice.sim import audit  # noqa: E402
+from decice.sim.controlplane import audit  # noqa: E402
 from decice_kube.client import Client, load_kubeconfig  # noqa: E402
 from decice_kube.http1 import Http1Pool  # noqa: E402
 
@@ -294,7 +294,7 @@ async def stream(
 
 def audit_args(data: Path) -> dict[str, list[str]]:
     """kube-apiserver flags for the audit log the API-side measure is read from (the sim's
-    own: decice.sim.audit)."""
+    own: decice.sim.controlplane.audit)."""
     return {"kube-apiserver": audit.apiserver_args(data)}
 
 

@@ -52,8 +52,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from decice.sim.binaries import resolve_binaries
-from decice.sim.controlplane import ControlPlane
+from decice.sim.binaries.resolve import resolve_binaries
+from decice.sim.controlplane.loopback import ControlPlane
 from decice.sim.scheduler_service import free_port, scheduler_argv
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -34,8 +34,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from decice.sim.binaries import resolve_binaries
-from decice.sim.controlplane import ControlPlane
+from decice.sim.binaries.resolve import resolve_binaries
+from decice.sim.controlplane.loopback import ControlPlane
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

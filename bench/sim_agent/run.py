@@ -24,10 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from decice.sim.agent import agent_client, register_nodes
-from decice.sim.binaries import resolve_binaries
-from decice.sim.controlplane import ControlPlane
-from decice.sim.nodes_service import agent_argv
+from decice.sim.agent.nodes_service import agent_argv
+from decice.sim.agent.run import agent_client, register_nodes
+from decice.sim.binaries.resolve import resolve_binaries
+from decice.sim.controlplane.loopback import ControlPlane
 from decice.spec_model import SimNodeGroup
 
 NS = "bench"

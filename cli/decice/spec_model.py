@@ -609,7 +609,8 @@ class SimSpec(_Model):
     nodes: list[SimNodeGroup] = Field(default_factory=list)
     bin_dir: str | None = None
     # kube-apiserver logs every pod create and binding with its own timestamps
-    # (decice.sim.audit; decice experiment reads it): <state>/sim/control-plane/audit.log
+    # (decice.sim.controlplane.audit; decice experiment reads it):
+    # <state>/sim/control-plane/audit.log
     audit_log: bool = False
 
 

@@ -15,8 +15,8 @@ from kubernetes import client, config
 
 from decice import lab
 from decice.errors import DeciceError
-from decice.sim.binaries import BinarySet, resolve_binaries
-from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
+from decice.sim.binaries.resolve import BinarySet, resolve_binaries
+from decice.sim.controlplane.loopback import ControlPlane, ControlPlaneInfo
 from tests.integration.labsupport import lab_name, require_lab_prerequisites
 from tests.integration.simsupport import require_sim, running_control_plane
 from tests.support import require

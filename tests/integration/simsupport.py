@@ -1,5 +1,5 @@
 """The sim harness of the integration tests: the node agent and decice-scheduler as their
-real processes (command lines from :mod:`decice.sim.nodes_service` and
+real processes (command lines from :mod:`decice.sim.agent.nodes_service` and
 :mod:`decice.sim.scheduler_service`) against a real control plane.
 
 - :func:`start_agent` / :func:`stop_process`: the node agent for some node groups;
@@ -28,9 +28,9 @@ from typing import Any
 from kubernetes import client, config
 from prometheus_client.parser import text_string_to_metric_families
 
-from decice.sim.binaries import BinarySet
-from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
-from decice.sim.nodes_service import agent_argv, read_status_file
+from decice.sim.agent.nodes_service import agent_argv, read_status_file
+from decice.sim.binaries.resolve import BinarySet
+from decice.sim.controlplane.loopback import ControlPlane, ControlPlaneInfo
 from decice.sim.scheduler_service import free_port, scheduler_argv
 from tests.support import require, wait_for
 

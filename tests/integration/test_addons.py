@@ -38,8 +38,8 @@ from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
 
 from decice import versions
-from decice.sim.binaries import BinarySet
-from decice.sim.controlplane import ControlPlaneInfo
+from decice.sim.binaries.resolve import BinarySet
+from decice.sim.controlplane.loopback import ControlPlaneInfo
 from tests.support import (
     REPO,
     localhost_recap,

@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from decice.sim.controlplane import ControlPlaneInfo
+from decice.sim.controlplane.loopback import ControlPlaneInfo
 from tests.support import BIN, REPO, crd_manifest, wait_for
 
 pytestmark = pytest.mark.sim

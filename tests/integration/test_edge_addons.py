@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from decice.sim.binaries import BinarySet
+from decice.sim.binaries.resolve import BinarySet
 from tests.support import REPO, require, run_captured
 
 pytestmark = pytest.mark.addons

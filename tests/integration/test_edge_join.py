@@ -38,7 +38,7 @@ from decice import addons, lab, records
 from decice.mirror import sha256_file
 from decice.records import PhaseRecord, RunRecord, RunStore
 from decice.runner import HostResult, PlaybookRun, run_playbook
-from decice.sim.controlplane import ControlPlaneInfo
+from decice.sim.controlplane.loopback import ControlPlaneInfo
 from decice.tracking import PhaseTracker, conclude
 from tests.integration.labsupport import ssh
 from tests.procwatch import ProcWatch

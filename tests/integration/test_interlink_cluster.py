@@ -29,8 +29,8 @@ import pytest
 import yaml
 from kubernetes import client, config, watch
 
-from decice.sim.binaries import BinarySet
-from decice.sim.controlplane import ControlPlaneInfo
+from decice.sim.binaries.resolve import BinarySet
+from decice.sim.controlplane.loopback import ControlPlaneInfo
 from tests.support import REPO, require, run_tasks, tunnel_key_options
 
 pytestmark = [pytest.mark.addons, pytest.mark.sim]

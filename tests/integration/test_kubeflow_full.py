@@ -26,8 +26,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from decice.sim.binaries import BinarySet
-from decice.sim.controlplane import ControlPlaneInfo
+from decice.sim.binaries.resolve import BinarySet
+from decice.sim.controlplane.loopback import ControlPlaneInfo
 from tests.support import REPO, localhost_recap, require, run_playbook
 
 pytestmark = pytest.mark.addons

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from decice.sim.binaries import BinarySet
+from decice.sim.binaries.resolve import BinarySet
 from decice.targets.sim import leftover_processes
 from tests.integration.moleculesupport import (
     MIRROR,

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from decice.sim.binaries import BinarySet
-from decice.sim.controlplane import ControlPlane
+from decice.sim.binaries.resolve import BinarySet
+from decice.sim.controlplane.loopback import ControlPlane
 from decice_scheduler.resources import node_allocatable, pod_request
 from tests.integration.schedsupport import (
     bound_node,

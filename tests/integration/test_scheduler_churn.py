@@ -26,7 +26,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from decice.sim.binaries import BinarySet
+from decice.sim.binaries.resolve import BinarySet
 from decice_scheduler.resources import Resources, parse_resource_list, pod_request
 from tests.integration.schedsupport import (
     BlackholeProxy,

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from decice.sim.controlplane import ControlPlaneInfo
+from decice.sim.agent.simnodes import expand, node_object
+from decice.sim.controlplane.loopback import ControlPlaneInfo
 from decice.sim.scheduler_service import free_port, scheduler_argv
-from decice.sim.simnodes import expand, node_object
 from decice.spec_model import SimNodeGroup
 from decice_scheduler.app import Options, Scheduler
 from decice_scheduler.debugaccess import TOKEN_ENV

@@ -32,9 +32,9 @@ from kubernetes import client, config
 from decice import lab
 from decice.baselines import baseline_path
 from decice.sim import scheduler_service
-from decice.sim.binaries import BinarySet
-from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
-from decice.sim.simnodes import expand, node_object
+from decice.sim.agent.simnodes import expand, node_object
+from decice.sim.binaries.resolve import BinarySet
+from decice.sim.controlplane.loopback import ControlPlane, ControlPlaneInfo
 from decice.spec_model import SimNodeGroup
 from decice_scheduler.scores import GROUP_VERSION
 from tests.integration.labsupport import ssh

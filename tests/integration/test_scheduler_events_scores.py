@@ -24,9 +24,10 @@ from cryptography.hazmat.primitives import serialization
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from decice.sim import pki, scheduler_service
-from decice.sim.controlplane import ControlPlaneInfo
-from decice.sim.simnodes import expand, node_object
+from decice.sim import scheduler_service
+from decice.sim.agent.simnodes import expand, node_object
+from decice.sim.controlplane import pki
+from decice.sim.controlplane.loopback import ControlPlaneInfo
 from decice.spec_model import SimNodeGroup
 from decice_scheduler.resources import Resources, node_allocatable
 from decice_scheduler.scores import compute_scores

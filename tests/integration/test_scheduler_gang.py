@@ -23,7 +23,7 @@ import pytest
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from decice.sim.controlplane import ControlPlaneInfo
+from decice.sim.controlplane.loopback import ControlPlaneInfo
 from decice_scheduler.podgroup import (
     ANNOTATION_MIN_MEMBER,
     ANNOTATION_TIMEOUT,

@@ -18,8 +18,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from decice.sim.binaries import BinarySet
-from decice.sim.controlplane import ControlPlane
+from decice.sim.binaries.resolve import BinarySet
+from decice.sim.controlplane.loopback import ControlPlane
 from decice_kube.quantity import parse_cpu
 from tests.integration.schedsupport import cleanup_pods, group
 from tests.integration.simsupport import (

@@ -15,9 +15,9 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from decice.sim.agent import agent_client, register_nodes
-from decice.sim.binaries import BinarySet
-from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
+from decice.sim.agent.run import agent_client, register_nodes
+from decice.sim.binaries.resolve import BinarySet
+from decice.sim.controlplane.loopback import ControlPlane, ControlPlaneInfo
 from decice.spec_model import SimNodeGroup
 from tests.integration.simsupport import (
     create_namespace,

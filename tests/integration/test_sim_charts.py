@@ -18,8 +18,8 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from decice.sim import postrender
-from decice.sim.binaries import BinarySet
-from decice.sim.controlplane import ControlPlane, ControlPlaneInfo
+from decice.sim.binaries.resolve import BinarySet
+from decice.sim.controlplane.loopback import ControlPlane, ControlPlaneInfo
 from tests.integration.simsupport import start_agent, stop_process
 from tests.support import BIN, REPO, require, wait_for
 

@@ -20,14 +20,14 @@ import pytest
 from kubernetes import client, config
 
 from decice.errors import DeciceError, InputError
-from decice.sim.binaries import BINARIES, BinarySet, ResolvedBinary, Source
-from decice.sim.controlplane import (
+from decice.sim.binaries.resolve import BINARIES, BinarySet, ResolvedBinary, Source
+from decice.sim.controlplane.loopback import (
     ControlPlane,
     ControlPlaneError,
     ControlPlaneInfo,
     remove_data_dir,
 )
-from decice.sim.pki import Pair, Pki
+from decice.sim.controlplane.pki import Pair, Pki
 from decice.sim.procs import ProcessRecord, is_alive, spawn, terminate
 from tests.integration.simsupport import create_namespace
 from tests.support import pid_alive, run_decice, sim_spec, wait_for

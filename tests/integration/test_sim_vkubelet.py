@@ -31,7 +31,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from decice import lab
-from decice.sim.controlplane import ControlPlaneInfo
+from decice.sim.controlplane.loopback import ControlPlaneInfo
 from tests.integration.labsupport import copy_plugin
 from tests.integration.simsupport import create_namespace, start_agent, stop_process
 from tests.support import wait_for

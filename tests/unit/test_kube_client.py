@@ -18,7 +18,7 @@ import pytest
 import yaml
 from cryptography.hazmat.primitives import serialization
 
-from decice.sim.pki import self_signed
+from decice.sim.controlplane.pki import self_signed
 from decice_kube import client as kclient
 from decice_kube.client import ApiError, Client, Gone, KubeConfig, Response, load_kubeconfig
 

@@ -240,7 +240,7 @@ def test_only_the_kubernetes_client_names_httpx_errors() -> None:
     httpx client talks to the interLink plugin, is the one other)."""
     allowed = {
         KUBE / "decice_kube" / "client.py",
-        CLI / "decice" / "sim" / "vkubelet.py",
+        CLI / "decice" / "sim" / "agent" / "vkubelet.py",
     }
     offenders = []
     for path in [

@@ -15,9 +15,9 @@ import pytest
 from decice import commands
 from decice.progress import JsonLinesView, LiveView
 from decice.records import PhaseRecord, RunRecord
-from decice.sim import binaries
-from decice.sim.build import BuildRecipe
-from decice.sim.tools import BuildError
+from decice.sim.binaries import resolve as binaries
+from decice.sim.binaries.build import BuildRecipe
+from decice.sim.binaries.tools import BuildError
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,5 @@
-"""The sim's audit log (decice.sim.audit): its policy, flags and create → bound reader."""
+"""The sim's audit log (decice.sim.controlplane.audit): its policy, flags and its
+create → bound reader."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from decice.sim import audit
+from decice.sim.controlplane import audit
 
 pytestmark = pytest.mark.unit
 

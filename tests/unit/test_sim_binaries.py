@@ -1,4 +1,4 @@
-"""Resolution order, caching, locking and download refusal of decice.sim.binaries."""
+"""Resolution order, caching, locking and download refusal of decice.sim.binaries.resolve."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from decice.errors import InputError
-from decice.sim import binaries as b
-from decice.sim.aptsrc import derive_sources
-from decice.sim.build import RECIPE_BINARIES, BuildRecipe, _parse_version
-from decice.sim.download import Download, DownloadRefused
-from decice.sim.tools import BuildError, Tool, ensure_tools
+from decice.sim.binaries import resolve as b
+from decice.sim.binaries.aptsrc import derive_sources
+from decice.sim.binaries.build import RECIPE_BINARIES, BuildRecipe, _parse_version
+from decice.sim.binaries.download import Download, DownloadRefused
+from decice.sim.binaries.tools import BuildError, Tool, ensure_tools
 
 pytestmark = pytest.mark.unit
 

@@ -10,7 +10,7 @@ import yaml
 from cryptography import x509
 
 from decice.errors import InputError
-from decice.sim import pki as simpki
+from decice.sim.controlplane import pki as simpki
 
 pytestmark = pytest.mark.unit
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from decice.sim import postrender
-from decice.sim.binaries import describe_binaries
+from decice.sim.binaries.resolve import describe_binaries
 from tests.support import BIN, REPO, crd_manifest, require, run_captured
 
 pytestmark = pytest.mark.unit

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from decice.sim import nodes_service, procs, scheduler_service
+from decice.sim import procs, scheduler_service
+from decice.sim.agent import nodes_service
 from decice.spec_model import SchedulerSpec, SimNodeGroup, SimSpec
 
 pytestmark = pytest.mark.unit

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from decice.sim import simnodes
-from decice.sim.agent import NodeAgent
+from decice.sim.agent import simnodes
+from decice.sim.agent.run import NodeAgent
 from decice.spec_model import SimNodeGroup
 from decice_scheduler.resources import Resources, node_allocatable, pod_request
 

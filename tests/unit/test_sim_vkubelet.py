@@ -15,9 +15,11 @@ from typing import Any
 
 import pytest
 
-from decice.sim import agent, nodes_service, procs, simnodes, vkmodel
-from decice.sim.vkmodel import Endpoint, MissingRef
-from decice.sim.vkubelet import (
+from decice.sim import procs
+from decice.sim.agent import nodes_service, simnodes, vkmodel
+from decice.sim.agent import run as agent
+from decice.sim.agent.vkmodel import Endpoint, MissingRef
+from decice.sim.agent.vkubelet import (
     BackedNode,
     PluginError,
     PluginRefused,

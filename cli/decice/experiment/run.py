@@ -248,11 +248,11 @@ async def _arm(
 
 
 def _audit_log(plan: Plan) -> Path | None:
-    """The sim's audit log when the spec turns it on (decice.sim.audit), else None."""
+    """The sim's audit log when the spec turns it on (decice.sim.controlplane.audit), else None."""
     spec = plan.spec.spec
     if spec.target != "sim" or not spec.sim.audit_log:
         return None
-    from decice.sim import audit
+    from decice.sim.controlplane import audit
     from decice.targets.sim import control_plane_dir
 
     return control_plane_dir(plan.spec.state_dir.resolve()) / audit.LOG_NAME
@@ -261,7 +261,7 @@ def _audit_log(plan: Plan) -> Path | None:
 def _read_audit(log: Path, offset: int, arm_run: collect.ArmRun) -> None:
     """Each pod's create -> bound on the API server's clock, from what the audit log got
     since ``offset`` (its size when the arm started; a log rotated since is read whole)."""
-    from decice.sim import audit
+    from decice.sim.controlplane import audit
 
     try:
         with log.open("rb") as stream:

@@ -40,7 +40,7 @@ def kubectl_binary() -> str:
 def _tool(name: str) -> str:
     import shutil
 
-    from decice.sim.binaries import describe_binaries
+    from decice.sim.binaries.resolve import describe_binaries
 
     cached = describe_binaries(names=(name,))[name].path
     if cached.is_file():

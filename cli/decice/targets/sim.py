@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from decice.allocation import Allocation
-    from decice.sim.controlplane import ControlPlane
+    from decice.sim.controlplane.loopback import ControlPlane
     from decice.spec import LoadedSpec
 
 SIM_DIR = "sim"
@@ -54,11 +54,12 @@ def _control_plane(
     audit_log: bool = False,
 ) -> ControlPlane:
     """The sim's control plane (``act``: binaries built if needed, the audit policy
-    written; else described only). ``audit_log``: kube-apiserver writes decice.sim.audit's
-    log; a change of it restarts a running control plane (its options differ)."""
-    from decice.sim import audit
-    from decice.sim.binaries import describe_binaries, resolve_binaries
-    from decice.sim.controlplane import ControlPlane
+    written; else described only). ``audit_log``: kube-apiserver writes the log of
+    decice.sim.controlplane.audit; a change of it restarts a running control plane (its
+    options differ)."""
+    from decice.sim.binaries.resolve import describe_binaries, resolve_binaries
+    from decice.sim.controlplane import audit
+    from decice.sim.controlplane.loopback import ControlPlane
     from decice.sim.procs import private_dir
 
     explicit = Path(bin_dir).expanduser() if bin_dir else None
@@ -85,8 +86,8 @@ def _node_total(ctx: PhaseContext) -> int:
 
 
 def up_kubernetes(ctx: PhaseContext) -> str:
-    from decice.sim import nodes_service as agent_service
-    from decice.sim.pki import copy_private
+    from decice.sim.agent import nodes_service as agent_service
+    from decice.sim.controlplane.pki import copy_private
 
     ctx.progress("resolving control-plane binaries (a first build takes minutes)")
     plane = _control_plane(
@@ -181,9 +182,9 @@ def preview_down_scheduler(ctx: PhaseContext) -> str:
 
 
 def reset_kubernetes(ctx: PhaseContext) -> str:
-    from decice.sim import nodes_service as agent_service
     from decice.sim import scheduler_service
-    from decice.sim.controlplane import remove_data_dir
+    from decice.sim.agent import nodes_service as agent_service
+    from decice.sim.controlplane.loopback import remove_data_dir
 
     root = data_dir(ctx.state_dir)
     if not root.exists():
@@ -306,8 +307,8 @@ def node_counts(kubeconfig: Path) -> dict[str, dict[str, int]]:
 
 def status(state_dir: Path, bin_dir: str | None) -> dict[str, Any]:
     """Control plane, node counts by kind (from the API), the node agent, the scheduler."""
-    from decice.sim import nodes_service as agent_service
     from decice.sim import scheduler_service
+    from decice.sim.agent import nodes_service as agent_service
 
     state_dir = state_dir.resolve()
     out: dict[str, Any] = {
@@ -396,7 +397,7 @@ class Sim(Target):
         return PHASES.get(command, {})
 
     def plan(self, loaded: LoadedSpec, inventory: dict[str, Any]) -> dict[str, Any]:
-        from decice.sim.binaries import describe_binaries
+        from decice.sim.binaries.resolve import describe_binaries
 
         bin_dir = loaded.spec.sim.bin_dir
         explicit = Path(bin_dir).expanduser() if bin_dir else None

@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from decice.sim.aptsrc import TempApt, derive_sources
-from decice.sim.tools import BuildError, Tool, ensure_tools, run
+from decice.sim.binaries.aptsrc import TempApt, derive_sources
+from decice.sim.binaries.tools import BuildError, Tool, ensure_tools, run
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from decice.errors import InputError
-from decice.sim.tools import BuildError
+from decice.sim.binaries.tools import BuildError
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 

@@ -5,7 +5,7 @@ sha256 of the node groups), ``nodes.json`` (the groups; 0600, replaced atomicall
 ``status.json`` (written by the agent), ``agent.log``, ``kubelet/`` (the self-signed
 certificate of the kubelet endpoint it serves for nodes an interLink plugin backs).
 
-The agent polls ``<state>/sim/interlink.json`` (:func:`decice.sim.vkmodel.endpoint_file`),
+The agent polls ``<state>/sim/interlink.json`` (:func:`decice.sim.agent.vkmodel.endpoint_file`),
 which the interlink role writes, for the nodes it plays the virtual kubelet of.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from decice.sim import procs
-from decice.sim.vkmodel import endpoint_file
+from decice.sim.agent.vkmodel import endpoint_file
 from decice.spec_model import SimSpec
 
 AGENT_DIR = "agent"

@@ -17,7 +17,7 @@ Behaviour choices (measured on a 2-core Debian 12 machine with this recipe):
 - Everything listens on 127.0.0.1 only, on ports picked free at the first start (reused
   on restart when still free).
 - etcd's client and peer URLs are TLS with client-certificate auth against etcd's own CA
-  (see decice.sim.pki): only the apiserver's etcd client certificate opens it.
+  (see decice.sim.controlplane.pki): only the apiserver's etcd client certificate opens it.
 - The apiserver has no anonymous user (``--anonymous-auth=false``): every request,
   health checks included, needs a client certificate (decice's probes use the admin one).
 - With the controller-manager, the ``ServiceAccount`` admission plugin stays on: the
@@ -54,8 +54,8 @@ from typing import Any
 
 from decice import filelock
 from decice.errors import InputError, RunFailedError
-from decice.sim.binaries import BinarySet
-from decice.sim.pki import ETCD_LEAVES, Pki, ensure_pki, write_kubeconfig
+from decice.sim.binaries.resolve import BinarySet
+from decice.sim.controlplane.pki import ETCD_LEAVES, Pki, ensure_pki, write_kubeconfig
 from decice.sim.procs import (
     ProcessRecord,
     is_alive,
@@ -154,7 +154,7 @@ class ControlPlane:
         if missing:
             raise InputError(
                 f"binaries missing for the control plane: {', '.join(missing)}; "
-                "resolve them with decice.sim.binaries.resolve_binaries"
+                "resolve them with decice.sim.binaries.resolve.resolve_binaries"
             )
         self.components = tuple(n for n in ORDER if n in needed)
 

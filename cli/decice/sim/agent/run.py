@@ -9,7 +9,7 @@ bound pod and, for pods bound to OUR nodes:
   admission: pod count, cpu, memory, extended resources) and patches it ``Running``;
   otherwise patches it ``Failed`` with reason ``OutOf<resource>``;
 - terminates pods annotated ``decice.io/sim-duration`` / ``decice.io/sim-exit-code``
-  (see :mod:`decice.sim.simnodes`) when their time is up: ``Succeeded`` or ``Failed``;
+  (see :mod:`decice.sim.agent.simnodes`) when their time is up: ``Succeeded`` or ``Failed``;
 - ends the pods of Kubernetes Jobs without those annotations ``Succeeded`` after
   ``job_duration`` seconds (``--job-duration``, default 2 s; ``off``: they run forever),
   so that the Job controller completes their Jobs (Helm hook Jobs among them);
@@ -33,7 +33,7 @@ it does not second-guess the scheduler beyond what a kubelet's admission does.
 
 Entry point (a detached managed process; logs to stderr; SIGTERM/SIGINT stop it)::
 
-    python -m decice.sim.agent --kubeconfig K --nodes-file F.json
+    python -m decice.sim.agent.run --kubeconfig K --nodes-file F.json
         [--status-file S.json] [--heartbeat auto|on|off] [--lease-interval 20]
         [--max-in-flight 64] [--job-duration 2s|off] [--interlink-file F]
         [--kubelet-dir D] [--log-level INFO]
@@ -42,7 +42,7 @@ F.json holds the node groups: a list of ``SimNodeGroup`` mappings, or ``{"nodes"
 
 Nodes named in the ``--interlink-file`` (polled while the agent runs) are not simulated
 for new pods: the agent plays their virtual kubelet against an interLink plugin
-(:mod:`decice.sim.vkubelet`), ``kubectl logs`` included.
+(:mod:`decice.sim.agent.vkubelet`), ``kubectl logs`` included.
 """
 
 from __future__ import annotations
@@ -67,9 +67,9 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 from decice import atomicfile
-from decice.sim import simnodes
-from decice.sim.simnodes import SimNode
-from decice.sim.vkubelet import VirtualKubelets
+from decice.sim.agent import simnodes
+from decice.sim.agent.simnodes import SimNode
+from decice.sim.agent.vkubelet import VirtualKubelets
 from decice.spec_model import SimNodeGroup
 from decice_kube.client import MERGE_PATCH, ApiError, Client, Gone, gc_paused
 from decice_scheduler.resources import Resources, node_allocatable, pod_request
@@ -705,7 +705,7 @@ async def run_agent(
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m decice.sim.agent", description="Node agent of the decice simulator."
+        prog="python -m decice.sim.agent.run", description="Node agent of the decice simulator."
     )
     parser.add_argument("--kubeconfig", type=Path, required=True, help="admin kubeconfig")
     parser.add_argument(
@@ -740,7 +740,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--interlink-file",
         type=Path,
         help="JSON endpoint file naming the nodes an interLink plugin backs (polled; "
-        "see decice.sim.vkubelet); without it every node is simulated",
+        "see decice.sim.agent.vkubelet); without it every node is simulated",
     )
     parser.add_argument(
         "--kubelet-dir",
@@ -804,7 +804,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     log.info("agent stopped")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

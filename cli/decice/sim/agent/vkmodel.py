@@ -1,4 +1,4 @@
-"""Pure parts of the sim's virtual kubelet (:mod:`decice.sim.vkubelet`): the endpoint
+"""Pure parts of the sim's virtual kubelet (:mod:`decice.sim.agent.vkubelet`): the endpoint
 file, the request bodies sent to an interLink plugin, and the pod status patches made
 from its answers. No I/O, so that they are cheap to unit-test.
 

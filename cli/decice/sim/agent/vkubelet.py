@@ -1,7 +1,7 @@
 """The sim node agent as virtual kubelet of the virtual HPC nodes an interLink plugin backs.
 
 The endpoint file (``<state dir>/sim/interlink.json``, see
-:func:`decice.sim.vkmodel.parse_endpoints`) names the backed nodes. The agent checks it
+:func:`decice.sim.agent.vkmodel.parse_endpoints`) names the backed nodes. The agent checks it
 every ``file_interval`` seconds (by mtime, size and inode): a missing file means no
 backed node; a file that does not parse is logged once and ignored (the previous
 endpoints stay) until it changes. Nodes not in the file keep the simulated behaviour.
@@ -18,7 +18,7 @@ For a pod bound to a backed node (:class:`VirtualKubelets`), per node in one loo
   reason and message; transport errors are retried;
 - ``GET /status`` for all followed pods of the node every ``poll_interval`` seconds
   (one request): the pod's phase and container statuses follow the plugin's answer
-  (:func:`decice.sim.vkmodel.remote_status`) until it is terminal;
+  (:func:`decice.sim.agent.vkmodel.remote_status`) until it is terminal;
 - a pod being deleted (or deleted at once, as terminal pods are): ``POST /delete``,
   then the force delete a kubelet does (retried for ``delete_grace`` seconds while the
   plugin is unreachable or answers 5xx, then force-deleted anyway with a warning);
@@ -61,9 +61,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import httpx
 
 from decice.interlink import api
-from decice.sim import simnodes, vkmodel
-from decice.sim.simnodes import SimNode
-from decice.sim.vkmodel import Endpoint, MissingRef
+from decice.sim.agent import simnodes, vkmodel
+from decice.sim.agent.simnodes import SimNode
+from decice.sim.agent.vkmodel import Endpoint, MissingRef
 from decice_kube.client import MERGE_PATCH, ApiError, Client
 
 log = logging.getLogger("decice.sim.vkubelet")
@@ -864,7 +864,7 @@ async def _bounded(calls: Iterable[Awaitable[None]], limit: int = MAX_CONCURRENT
 def serving_context(cert_dir: Path) -> ssl.SSLContext:
     """TLS context of the kubelet endpoint: a self-signed EC certificate for 127.0.0.1
     (new at every start; key and certificate 0600 in ``cert_dir``, 0700)."""
-    from decice.sim import pki
+    from decice.sim.controlplane import pki
 
     cert_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     cert_dir.chmod(0o700)

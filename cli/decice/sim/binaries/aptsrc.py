@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from decice.sim.tools import BuildError, run
+from decice.sim.binaries.tools import BuildError, run
 
 SOURCES_DIR = Path("/etc/apt/sources.list.d")
 SOURCES_LIST = Path("/etc/apt/sources.list")

@@ -6,7 +6,7 @@ Per binary, the first source that has it wins:
 2. ``cache``: the user cache, ``cache_dir()/bin/<recipe-key>/`` (or a verified download
    kept under ``cache_dir()/bin/download/<sha256>/``);
 3. ``download``: a pinned release with a known sha256 (only when the caller passes one);
-4. ``build``: the offline recipe (:mod:`decice.sim.build`), built once into the cache.
+4. ``build``: the offline recipe (:mod:`decice.sim.binaries.build`), built once into the cache.
 
 :func:`describe_binaries` reports the plan without fetching or building anything
 (for ``decice plan``); :func:`resolve_binaries` does the work (for ``decice up``).
@@ -29,8 +29,14 @@ from pathlib import Path
 from decice import filelock
 from decice.errors import InputError
 from decice.paths import cache_dir
-from decice.sim.build import MANIFEST, RECIPE_BINARIES, BuildRecipe, binary_version, build_into
-from decice.sim.download import Download, DownloadUnavailable, fetch_binary
+from decice.sim.binaries.build import (
+    MANIFEST,
+    RECIPE_BINARIES,
+    BuildRecipe,
+    binary_version,
+    build_into,
+)
+from decice.sim.binaries.download import Download, DownloadUnavailable, fetch_binary
 
 log = logging.getLogger(__name__)
 
