@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from decice import records
-from decice_scheduler.state import ClusterState
+from decice_scheduler.cache.state import ClusterState
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 REPO = Path(__file__).resolve().parents[1]

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from throughput import node_body  # noqa: E402
 
 from decice_kube.client import Client  # noqa: E402
-from decice_scheduler.podgroup import ANNOTATION_MIN_MEMBER, LABEL_GROUP  # noqa: E402
+from decice_scheduler.gang.podgroup import ANNOTATION_MIN_MEMBER, LABEL_GROUP  # noqa: E402
 
 GROUP = "bench.decice.io/group"  # which group a pod belongs to, in both modes
 

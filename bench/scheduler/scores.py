@@ -28,9 +28,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scheduler"))
 
+from decice_scheduler.cache.state import ClusterState  # noqa: E402
 from decice_scheduler.metrics import Metrics  # noqa: E402
 from decice_scheduler.scores import ScorePublisher, ScoreSettings  # noqa: E402
-from decice_scheduler.state import ClusterState  # noqa: E402
 
 
 class CountingClient:

@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scheduler"))
 
 from decice_kube.client import Client  # noqa: E402
-from decice_scheduler.resources import node_allocatable, pod_request  # noqa: E402
+from decice_scheduler.cache.resources import node_allocatable, pod_request  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 EVENTS = [True]  # --no-decice-events: decice writes no events (to see what they cost)

@@ -13,10 +13,10 @@ import gc
 import time
 
 from decice_scheduler.builders import container, make_node, make_pod
-from decice_scheduler.podinfo import PodInfo
+from decice_scheduler.cache.podinfo import PodInfo
+from decice_scheduler.cache.state import ClusterState
 from decice_scheduler.profile import Profile
 from decice_scheduler.scheduling import schedule_one
-from decice_scheduler.state import ClusterState
 
 
 def timed(label, count, fn):

@@ -20,7 +20,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from decice_scheduler.debugaccess import TOKEN_ENV, load_token, require_token_off_loopback
-from decice_scheduler.eventproc import QUEUE_SIZE
+from decice_scheduler.events.writer import QUEUE_SIZE
 from decice_scheduler.profile import Profile, load_profile
 
 if TYPE_CHECKING:

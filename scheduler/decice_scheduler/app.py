@@ -24,20 +24,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from decice_kube.client import Client, load_kubeconfig
-from decice_scheduler.audit import Auditor
 from decice_scheduler.binder import Binder, TokenBucket
-from decice_scheduler.eventproc import QUEUE_SIZE, Events, WriterSettings
-from decice_scheduler.gang import GangScheduler
+from decice_scheduler.cache.audit import Auditor
+from decice_scheduler.cache.podinfo import PodInfo
+from decice_scheduler.cache.state import ClusterState
+from decice_scheduler.cache.sync import Sync
+from decice_scheduler.events.writer import QUEUE_SIZE, Events, WriterSettings
+from decice_scheduler.gang.placement import GangScheduler
+from decice_scheduler.gang.podgroup import PodGroupStore, PodGroupWatch
 from decice_scheduler.leader import LeaderElector
 from decice_scheduler.metrics import Metrics, MetricsServer
-from decice_scheduler.podgroup import PodGroupStore, PodGroupWatch
-from decice_scheduler.podinfo import PodInfo
 from decice_scheduler.profile import Profile
 from decice_scheduler.queue import SchedulingQueue
 from decice_scheduler.scheduling import schedule_one
 from decice_scheduler.scores import ScorePublisher, ScoreSettings
-from decice_scheduler.state import ClusterState
-from decice_scheduler.sync import Sync
 
 __all__ = ["Options", "Scheduler"]
 
@@ -89,7 +89,7 @@ class Scheduler:
             watch_timeout=options.watch_timeout,
         )
         config = self.client.config
-        # events are written by a child process (decice_scheduler.eventproc)
+        # events are written by a child process (decice_scheduler.events.writer)
         self.events = Events(
             WriterSettings(
                 kubeconfig=options.kubeconfig,
@@ -127,7 +127,7 @@ class Scheduler:
             if options.placement_scores is not None
             else None
         )
-        # gang placement: groups of pods placed all or nothing (decice_scheduler.gang)
+        # gang placement: groups of pods placed all or nothing (decice_scheduler.gang.placement)
         self.podgroups = PodGroupStore()
         self.gang = GangScheduler(
             self.state, self.queue, profile, self.binder, self.events, self.metrics, self.podgroups

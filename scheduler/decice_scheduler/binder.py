@@ -1,4 +1,4 @@
-"""Bind assumed pods asynchronously (events: :mod:`decice_scheduler.events`).
+"""Bind assumed pods asynchronously (events: :mod:`decice_scheduler.events.recorder`).
 
 The scheduling loop has already called ``state.assume``; ``Binder.submit`` POSTs
 ``pods/NAME/binding`` with a ``metadata.uid`` precondition in the background (bounded
@@ -19,10 +19,10 @@ from typing import Any
 from urllib.parse import quote
 
 from decice_kube.client import ApiError, Client
+from decice_scheduler.cache.objects import pod_key, pod_uid
+from decice_scheduler.cache.state import ClusterState
 from decice_scheduler.metrics import Metrics
-from decice_scheduler.objects import pod_key, pod_uid
 from decice_scheduler.queue import SchedulingQueue
-from decice_scheduler.state import ClusterState
 
 __all__ = ["Binder", "TokenBucket"]
 

@@ -28,8 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, NamedTuple
 
-from decice_scheduler.nodeinfo import NodeInfo
-from decice_scheduler.podinfo import PodInfo
+from decice_scheduler.cache.nodeinfo import NodeInfo
+from decice_scheduler.cache.podinfo import PodInfo
 
 __all__ = [
     "ENTRY_POINT_GROUP",

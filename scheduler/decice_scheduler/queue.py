@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from decice_scheduler.objects import is_terminal, is_terminating, pod_node_name
+from decice_scheduler.cache.objects import is_terminal, is_terminating, pod_node_name
 
 __all__ = ["SchedulingQueue", "wants_scheduling"]
 

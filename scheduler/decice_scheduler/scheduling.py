@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 from itertools import chain, compress, islice, repeat
 from operator import add, attrgetter, eq, mul
 
+from decice_scheduler.cache.nodeinfo import NodeInfo
+from decice_scheduler.cache.podinfo import PodInfo
+from decice_scheduler.cache.snapshot import Snapshot
 from decice_scheduler.framework import MAX_SCORE, Code, FilterFn
-from decice_scheduler.nodeinfo import NodeInfo
 from decice_scheduler.plugins import BUILTIN_FILTERS
 from decice_scheduler.plugins.fit import NodeResourcesFit
-from decice_scheduler.podinfo import PodInfo
 from decice_scheduler.profile import Profile
-from decice_scheduler.snapshot import Snapshot
 
 __all__ = ["Decision", "feasible_target", "schedule_one"]
 

@@ -37,9 +37,9 @@ from typing import Any
 from urllib.parse import quote
 
 from decice_kube.client import MERGE_PATCH, ApiError, Client
+from decice_scheduler.cache.resources import Resources
+from decice_scheduler.cache.state import ClusterState
 from decice_scheduler.metrics import Metrics
-from decice_scheduler.resources import Resources
-from decice_scheduler.state import ClusterState
 
 __all__ = [
     "DEFAULT_RANGES",

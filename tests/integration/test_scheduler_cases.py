@@ -23,7 +23,7 @@ from kubernetes import client
 
 from decice.sim.binaries.resolve import BinarySet
 from decice.sim.controlplane.loopback import ControlPlane
-from decice_scheduler.resources import node_allocatable, pod_request
+from decice_scheduler.cache.resources import node_allocatable, pod_request
 from tests.integration.schedsupport import (
     bound_node,
     cleanup_pods,

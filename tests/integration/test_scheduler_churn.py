@@ -27,7 +27,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from decice.sim.binaries.resolve import BinarySet
-from decice_scheduler.resources import Resources, parse_resource_list, pod_request
+from decice_scheduler.cache.resources import Resources, parse_resource_list, pod_request
 from tests.integration.schedsupport import (
     BlackholeProxy,
     cleanup_pods,

@@ -27,9 +27,9 @@ from decice.sim.controlplane.loopback import ControlPlaneInfo
 from decice.sim.scheduler_service import free_port, scheduler_argv
 from decice.spec_model import SimNodeGroup
 from decice_scheduler.app import Options, Scheduler
+from decice_scheduler.cache.state import ClusterState
 from decice_scheduler.debugaccess import TOKEN_ENV
 from decice_scheduler.profile import Profile
-from decice_scheduler.state import ClusterState
 from tests.integration.simsupport import ROOT, SchedulerProc, create_namespace
 from tests.support import pod_manifest, wait_for
 

@@ -29,9 +29,9 @@ from decice.sim.agent.simnodes import expand, node_object
 from decice.sim.controlplane import pki
 from decice.sim.controlplane.loopback import ControlPlaneInfo
 from decice.spec_model import SimNodeGroup
-from decice_scheduler.resources import Resources, node_allocatable
+from decice_scheduler.cache.resources import Resources, node_allocatable
+from decice_scheduler.cache.usage import compute_usage
 from decice_scheduler.scores import compute_scores
-from decice_scheduler.usage import compute_usage
 from tests.integration.schedsupport import bound_node, create_pod, pod, raw_json
 from tests.integration.simsupport import SchedulerProc, create_namespace
 from tests.support import wait_for

@@ -24,7 +24,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from decice.sim.controlplane.loopback import ControlPlaneInfo
-from decice_scheduler.podgroup import (
+from decice_scheduler.gang.podgroup import (
     ANNOTATION_MIN_MEMBER,
     ANNOTATION_TIMEOUT,
     LABEL_GROUP,

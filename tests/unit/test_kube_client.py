@@ -563,3 +563,24 @@ def test_the_http1_pool_refuses_a_header_that_would_split_the_request() -> None:
     assert pool._fixed_headers.endswith("Authorization: Bearer ok\r\n")  # unchanged
     with pytest.raises(ValueError, match="line break"):
         Http1Pool("http://127.0.0.1:1", None, {"Authorization": "Bearer a\nb"})
+
+
+def test_importing_the_client_leaves_httpx_command_line_out() -> None:
+    """httpx imports its command-line client (click, rich, pygments: ~0.1 s of CPU) when
+    they are installed, as they are in the CLI's venv; decice_kube keeps that off the
+    start of every process that imports the client (scheduler, event writer, node
+    agent)."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("click") is None:  # pragma: no cover - typer brings it
+        pytest.skip("click is not installed: httpx would not import it anyway")
+    probe = "import sys, {}; print('click' in sys.modules)"
+    seen = {
+        module: subprocess.run(
+            [sys.executable, "-c", probe.format(module)], capture_output=True, text=True
+        ).stdout.strip()
+        for module in ("httpx", "decice_kube.client")
+    }
+    assert seen == {"httpx": "True", "decice_kube.client": "False"}

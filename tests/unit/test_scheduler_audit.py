@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from decice_scheduler.audit import AUDIT_PAGE, Auditor
 from decice_scheduler.builders import make_node, make_pod
+from decice_scheduler.cache.audit import AUDIT_PAGE, Auditor
+from decice_scheduler.cache.state import ClusterState
+from decice_scheduler.cache.sync import NODES
 from decice_scheduler.metrics import Metrics
 from decice_scheduler.offloop import run_in_thread
-from decice_scheduler.state import ClusterState
-from decice_scheduler.sync import NODES
 
 pytestmark = pytest.mark.unit
 

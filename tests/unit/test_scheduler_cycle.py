@@ -4,13 +4,13 @@ import pytest
 
 from decice_scheduler import framework
 from decice_scheduler.builders import make_node, make_pod
+from decice_scheduler.cache.podinfo import PodInfo
+from decice_scheduler.cache.state import ClusterState
 from decice_scheduler.framework import FilterPlugin, Registry, ScorePlugin, Status
 from decice_scheduler.plugins import builtin_registry
 from decice_scheduler.plugins.allocation import MostAllocated
-from decice_scheduler.podinfo import PodInfo
 from decice_scheduler.profile import Profile, load_profile
 from decice_scheduler.scheduling import feasible_target, schedule_one
-from decice_scheduler.state import ClusterState
 from tests.support import cluster_state
 
 pytestmark = pytest.mark.unit

@@ -20,8 +20,13 @@ from pathlib import Path
 import pytest
 
 from decice_kube.client import Client, load_kubeconfig
-from decice_scheduler.eventproc import QUEUE_SIZE, Events, WriterSettings, writer_env
-from decice_scheduler.events import BINDING_LEASE, CONCURRENCY, EventWriter, scheduled_record
+from decice_scheduler.events.recorder import (
+    BINDING_LEASE,
+    CONCURRENCY,
+    EventWriter,
+    scheduled_record,
+)
+from decice_scheduler.events.writer import QUEUE_SIZE, Events, WriterSettings, writer_env
 from decice_scheduler.metrics import Metrics
 from tests.support import REPO, pid_alive, wait_for
 
@@ -271,7 +276,7 @@ def test_disabled_events_start_no_process() -> None:
 
 KILLED_PARENT = """
 import asyncio, sys
-from decice_scheduler.eventproc import Events, WriterSettings
+from decice_scheduler.events.writer import Events, WriterSettings
 from decice_scheduler.metrics import Metrics
 
 async def main():

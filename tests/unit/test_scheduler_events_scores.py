@@ -13,14 +13,14 @@ from decice.sim.scheduler_service import placement_crd, placement_flags
 from decice_kube.client import Client
 from decice_scheduler.__main__ import main
 from decice_scheduler.binder import TokenBucket
-from decice_scheduler.events import (
+from decice_scheduler.cache.resources import Resources
+from decice_scheduler.events.recorder import (
     CORE_V1,
     EVENTS_V1,
     EventWriter,
     failed_record,
     scheduled_record,
 )
-from decice_scheduler.resources import Resources
 from decice_scheduler.scores import compute_scores, headroom, normalize, parse_range
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""Gang placement (decice_scheduler.gang, .podgroup): the group logic without an API.
+"""Gang placement (decice_scheduler.gang.placement, .podgroup): the group logic without an API.
 
 The harness plays the sync (state + queue + gang observer) and the scheduling loop
 (pop, ``attempt``); binds and events are recorded, not sent.
@@ -15,10 +15,10 @@ import pytest
 
 from decice_kube.client import Response
 from decice_scheduler.builders import make_node, make_pod
-from decice_scheduler.gang import GangScheduler
-from decice_scheduler.metrics import Metrics
-from decice_scheduler.objects import pod_uid
-from decice_scheduler.podgroup import (
+from decice_scheduler.cache.objects import pod_uid
+from decice_scheduler.cache.state import ClusterState
+from decice_scheduler.gang.placement import GangScheduler
+from decice_scheduler.gang.podgroup import (
     ANNOTATION_MIN_MEMBER,
     ANNOTATION_TIMEOUT,
     DEFAULT_TIMEOUT,
@@ -32,9 +32,9 @@ from decice_scheduler.podgroup import (
     membership,
     spec_from_podgroup,
 )
+from decice_scheduler.metrics import Metrics
 from decice_scheduler.profile import Profile
 from decice_scheduler.queue import SchedulingQueue
-from decice_scheduler.state import ClusterState
 
 pytestmark = pytest.mark.unit
 

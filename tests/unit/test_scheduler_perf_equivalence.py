@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 
 from decice_scheduler.builders import make_node, make_pod
+from decice_scheduler.cache.nodeinfo import NodeInfo
+from decice_scheduler.cache.podinfo import PodInfo
+from decice_scheduler.cache.snapshot import Snapshot
+from decice_scheduler.cache.state import ClusterState
 from decice_scheduler.framework import MAX_SCORE, Code
-from decice_scheduler.nodeinfo import NodeInfo
 from decice_scheduler.plugins.allocation import LeastAllocated
-from decice_scheduler.podinfo import PodInfo
 from decice_scheduler.profile import Profile
 from decice_scheduler.scheduling import Decision, feasible_target, schedule_one
-from decice_scheduler.snapshot import Snapshot
-from decice_scheduler.state import ClusterState
 
 pytestmark = pytest.mark.unit
 

@@ -1,6 +1,7 @@
 import pytest
 
 from decice_scheduler.builders import make_node, make_pod
+from decice_scheduler.cache.podinfo import PodInfo
 from decice_scheduler.framework import Code
 from decice_scheduler.plugins.allocation import LeastAllocated, MostAllocated
 from decice_scheduler.plugins.fit import NodeResourcesFit
@@ -13,7 +14,6 @@ from decice_scheduler.plugins.node_filters import (
 )
 from decice_scheduler.plugins.placement import HybridPlacement, node_class
 from decice_scheduler.plugins.taints import TaintToleration, TaintTolerationScore
-from decice_scheduler.podinfo import PodInfo
 from tests.support import cluster_state
 
 pytestmark = pytest.mark.unit

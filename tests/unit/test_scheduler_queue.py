@@ -10,10 +10,10 @@ import pytest
 from decice_kube.client import ApiError
 from decice_scheduler.binder import TokenBucket
 from decice_scheduler.builders import make_node, make_pod
+from decice_scheduler.cache.state import ClusterState
+from decice_scheduler.cache.sync import Sync
 from decice_scheduler.metrics import Metrics
 from decice_scheduler.queue import SchedulingQueue, wants_scheduling
-from decice_scheduler.state import ClusterState
-from decice_scheduler.sync import Sync
 
 pytestmark = pytest.mark.unit
 

@@ -2,7 +2,7 @@ import pytest
 
 from decice_kube.quantity import INT64_MAX
 from decice_scheduler.builders import container, make_node, make_pod
-from decice_scheduler.resources import (
+from decice_scheduler.cache.resources import (
     Resources,
     fits,
     node_allocatable,

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.unit
 
 PROBE = """
 import sys
-import decice_scheduler.__main__, decice_scheduler.app, decice_scheduler.eventproc
+import decice_scheduler.__main__, decice_scheduler.app, decice_scheduler.events.writer
 import httpx
 heavy = sorted(m for m in ("click", "rich", "pygments") if m in sys.modules)
 print(",".join(heavy) or "none")

@@ -3,8 +3,8 @@ import copy
 import pytest
 
 from decice_scheduler.builders import make_node, make_pod
-from decice_scheduler.resources import Resources
-from decice_scheduler.state import ClusterState, StateCorrupt
+from decice_scheduler.cache.resources import Resources
+from decice_scheduler.cache.state import ClusterState, StateCorrupt
 
 pytestmark = pytest.mark.unit
 

@@ -12,7 +12,7 @@ import pytest
 from decice.sim.agent import simnodes
 from decice.sim.agent.run import NodeAgent
 from decice.spec_model import SimNodeGroup
-from decice_scheduler.resources import Resources, node_allocatable, pod_request
+from decice_scheduler.cache.resources import Resources, node_allocatable, pod_request
 
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 

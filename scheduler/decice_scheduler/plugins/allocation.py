@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from decice_scheduler.cache.nodeinfo import NodeInfo
+from decice_scheduler.cache.podinfo import PodInfo
+from decice_scheduler.cache.resources import nonzero_cpu_memory
 from decice_scheduler.framework import MAX_SCORE, ScorePlugin
-from decice_scheduler.nodeinfo import NodeInfo
-from decice_scheduler.podinfo import PodInfo
-from decice_scheduler.resources import nonzero_cpu_memory
 
 __all__ = ["LeastAllocated", "MostAllocated"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from decice_scheduler.cache.nodeinfo import NodeInfo
+from decice_scheduler.cache.podinfo import PodInfo
+from decice_scheduler.cache.resources import fits
 from decice_scheduler.framework import SUCCESS, FilterFn, FilterPlugin, Status
-from decice_scheduler.nodeinfo import NodeInfo
-from decice_scheduler.podinfo import PodInfo
-from decice_scheduler.resources import fits
 
 __all__ = ["NodeResourcesFit"]
 

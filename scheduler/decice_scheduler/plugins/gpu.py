@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from decice_scheduler.cache.nodeinfo import NodeInfo
+from decice_scheduler.cache.podinfo import PodInfo
 from decice_scheduler.framework import MAX_SCORE, ScorePlugin
-from decice_scheduler.nodeinfo import NodeInfo
-from decice_scheduler.podinfo import PodInfo
 
 __all__ = ["GpuAware"]
 

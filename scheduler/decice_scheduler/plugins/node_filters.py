@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from decice_scheduler.cache.nodeinfo import NodeInfo
+from decice_scheduler.cache.podinfo import PodInfo
 from decice_scheduler.framework import SUCCESS, FilterFn, FilterPlugin, Status
-from decice_scheduler.nodeinfo import NodeInfo
-from decice_scheduler.podinfo import PodInfo
 
 __all__ = ["NodeAffinity", "NodeName", "NodeSelector", "NodeUnschedulable"]
 

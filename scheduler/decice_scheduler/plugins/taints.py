@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from decice_scheduler.cache.nodeinfo import NodeInfo
+from decice_scheduler.cache.podinfo import PodInfo
 from decice_scheduler.framework import (
     MAX_SCORE,
     SUCCESS,
@@ -12,8 +14,6 @@ from decice_scheduler.framework import (
     ScorePlugin,
     Status,
 )
-from decice_scheduler.nodeinfo import NodeInfo
-from decice_scheduler.podinfo import PodInfo
 
 __all__ = ["TaintToleration", "TaintTolerationScore"]
 

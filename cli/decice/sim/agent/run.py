@@ -72,7 +72,7 @@ from decice.sim.agent.simnodes import SimNode
 from decice.sim.agent.vkubelet import VirtualKubelets
 from decice.spec_model import SimNodeGroup
 from decice_kube.client import MERGE_PATCH, ApiError, Client, Gone, gc_paused
-from decice_scheduler.resources import Resources, node_allocatable, pod_request
+from decice_scheduler.cache.resources import Resources, node_allocatable, pod_request
 
 log = logging.getLogger("decice.sim.agent")
 

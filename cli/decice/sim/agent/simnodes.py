@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from decice.spec_model import SimNodeGroup
-from decice_scheduler.resources import Resources
+from decice_scheduler.cache.resources import Resources
 
 SIM_LABEL = "decice.io/sim"
 GROUP_LABEL = "decice.io/sim-group"

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from decice_kube.client import Client
+from decice_scheduler.cache.state import ClusterState
+from decice_scheduler.cache.sync import NODES, PODS, Sync
+from decice_scheduler.cache.usage import NodeDrift
 from decice_scheduler.metrics import Metrics
 from decice_scheduler.offloop import run_in_thread
-from decice_scheduler.state import ClusterState
-from decice_scheduler.sync import NODES, PODS, Sync
-from decice_scheduler.usage import NodeDrift
 
 __all__ = ["AUDIT_PAGE", "AuditResult", "Auditor"]
 

@@ -18,10 +18,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from decice_kube.client import ApiError, Client, Gone
+from decice_scheduler.cache.objects import node_name_of, pod_uid
+from decice_scheduler.cache.state import ClusterState, StateCorrupt
 from decice_scheduler.metrics import Metrics
-from decice_scheduler.objects import node_name_of, pod_uid
 from decice_scheduler.queue import SchedulingQueue, wants_scheduling
-from decice_scheduler.state import ClusterState, StateCorrupt
 
 __all__ = ["Sync"]
 
@@ -57,7 +57,7 @@ class Sync:
         self.watch_timeout = watch_timeout
         self.on_pod_gone = on_pod_gone
         # every pod event (after state and queue applied it), and every full LIST: the
-        # gang placement's view of group members (decice_scheduler.gang)
+        # gang placement's view of group members (decice_scheduler.gang.placement)
         self.on_pod_event: Callable[[str, Mapping[str, Any]], None] | None = None
         self.on_pods_listed: Callable[[list[dict[str, Any]]], None] | None = None
         self.ready = asyncio.Event()

@@ -43,9 +43,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from decice_scheduler.metrics import Metrics
-from decice_scheduler.objects import is_terminal, is_terminating, pod_node_name, pod_uid
-from decice_scheduler.podgroup import (
+from decice_scheduler.cache.objects import is_terminal, is_terminating, pod_node_name, pod_uid
+from decice_scheduler.cache.podinfo import PodInfo
+from decice_scheduler.cache.state import ClusterState
+from decice_scheduler.gang.podgroup import (
     GroupKey,
     GroupSpec,
     InvalidMembership,
@@ -53,11 +54,10 @@ from decice_scheduler.podgroup import (
     PodGroupStore,
     membership,
 )
-from decice_scheduler.podinfo import PodInfo
+from decice_scheduler.metrics import Metrics
 from decice_scheduler.profile import Profile
 from decice_scheduler.queue import SchedulingQueue
 from decice_scheduler.scheduling import schedule_one
-from decice_scheduler.state import ClusterState
 
 __all__ = ["GangScheduler", "Group"]
 

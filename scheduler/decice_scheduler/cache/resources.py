@@ -20,7 +20,7 @@ from typing import Any
 from decice_kube.pods import peak_request
 from decice_kube.quantity import INT64_MAX, parse_cpu, parse_int
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("decice_scheduler.resources")
 
 __all__ = [
     "DEFAULT_CPU_MILLIS",

@@ -1,5 +1,5 @@
 """Scheduling events like kube-scheduler's: what is written and how (aggregation, rate
-limits, writes). This runs in the event writer process (:mod:`decice_scheduler.eventproc`),
+limits, writes). This runs in the event writer process (:mod:`decice_scheduler.events.writer`),
 not in the scheduler's interpreter.
 
 What is written (kube-scheduler v1.20 writes the same through client-go's

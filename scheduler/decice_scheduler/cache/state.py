@@ -30,22 +30,22 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from decice_scheduler.nodeinfo import NodeInfo, Taint, parse_labels, parse_taints
-from decice_scheduler.objects import (
+from decice_scheduler.cache.nodeinfo import NodeInfo, Taint, parse_labels, parse_taints
+from decice_scheduler.cache.objects import (
     is_terminal,
     node_name_of,
     pod_key,
     pod_node_name,
     pod_uid,
 )
-from decice_scheduler.resources import (
+from decice_scheduler.cache.resources import (
     Resources,
     node_allocatable,
     nonzero_cpu_memory,
     pod_request,
 )
-from decice_scheduler.snapshot import Snapshot
-from decice_scheduler.usage import NodeDrift, NodeUsage, compute_usage, diff_usage
+from decice_scheduler.cache.snapshot import Snapshot
+from decice_scheduler.cache.usage import NodeDrift, NodeUsage, compute_usage, diff_usage
 
 __all__ = ["ClusterState", "RelistResult", "StateCorrupt"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
-from decice_scheduler.nodeinfo import NodeInfo
+from decice_scheduler.cache.nodeinfo import NodeInfo
 
 __all__ = ["Snapshot"]
 

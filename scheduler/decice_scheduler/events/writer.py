@@ -9,8 +9,8 @@ kube-scheduler's broadcaster drops the same way once its 1000-event channel is f
 A timer on the loop sends the buffer to the writer in batches; the socket's transport
 buffers what the writer has not read yet, so sending never waits either.
 
-Writer side (``python -m decice_scheduler.eventproc FD``): the records go to an
-:class:`~decice_scheduler.events.EventWriter` (aggregation, rate limits, writes) on the
+Writer side (``python -m decice_scheduler.events.writer FD``): the records go to an
+:class:`~decice_scheduler.events.recorder.EventWriter` (aggregation, rate limits, writes) on the
 process's own loop and client, built from the scheduler's kubeconfig.
 
 Protocol, JSON lines over a socketpair (the writer's end is its only inherited
@@ -55,8 +55,9 @@ from pathlib import Path
 from typing import Any, cast
 
 import decice_kube
+import decice_scheduler
 from decice_kube.client import Client, load_kubeconfig
-from decice_scheduler.events import (
+from decice_scheduler.events.recorder import (
     FINISH_AFTER,
     PATCH_EVERY,
     QUEUE_SIZE,
@@ -273,7 +274,7 @@ def _reap(proc: subprocess.Popen[bytes], timeout: float) -> int:
 
 def writer_argv(fd: int) -> list[str]:
     """The writer process's command line (this interpreter), its end of the pipe ``fd``."""
-    return [sys.executable, "-m", "decice_scheduler.eventproc", str(fd)]
+    return [sys.executable, "-m", "decice_scheduler.events.writer", str(fd)]
 
 
 def writer_env() -> dict[str, str]:
@@ -283,8 +284,8 @@ def writer_env() -> dict[str, str]:
     env = dict(os.environ)
     sites = {str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages()]}
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    for module in (__file__, decice_kube.__file__):
-        root = str(Path(module).resolve().parent.parent)
+    for package in (decice_scheduler, decice_kube):  # <root>/<package>/__init__.py
+        root = str(Path(str(package.__file__)).resolve().parent.parent)
         if root not in sites and root not in paths:
             paths.append(root)
     if paths:
@@ -368,7 +369,7 @@ def _configure_logging(level: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m decice_scheduler.eventproc FD``: FD is the writer's end of the pipe."""
+    """``python -m decice_scheduler.events.writer FD``: FD is the writer's end of the pipe."""
     args = sys.argv[1:] if argv is None else argv
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)  # the scheduler ends us by closing the pipe

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from decice_scheduler.affinity import NodeSelector
-from decice_scheduler.objects import pod_key, pod_node_name
-from decice_scheduler.resources import Resources, pod_request
+from decice_scheduler.cache.affinity import NodeSelector
+from decice_scheduler.cache.objects import pod_key, pod_node_name
+from decice_scheduler.cache.resources import Resources, pod_request
 
 __all__ = ["PodInfo", "Toleration"]
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from decice_scheduler.resources import Resources
+from decice_scheduler.cache.resources import Resources
 
 __all__ = ["NodeInfo", "Taint", "parse_labels", "parse_taints"]
 

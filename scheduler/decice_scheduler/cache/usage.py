@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from decice_scheduler.objects import is_terminal, pod_node_name, pod_uid
-from decice_scheduler.resources import Resources, pod_request
+from decice_scheduler.cache.objects import is_terminal, pod_node_name, pod_uid
+from decice_scheduler.cache.resources import Resources, pod_request
 
 __all__ = ["NodeDrift", "NodeUsage", "compute_usage", "diff_usage"]
 
