@@ -59,6 +59,7 @@ INSTALL = [
         "name": "bundle",
         "ansible.builtin.include_role": {"name": "decice.hybrid.bundle"},
         "vars": {
+            "bundle_project": "decice-interlink-slurm",  # as the role's main.yml builds it
             "bundle_dir": "{{ scratch.path }}",
             "bundle_source_dir": str(REPO),
             "bundle_controller_python": "{{ ansible_playbook_python }}",
