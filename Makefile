@@ -20,8 +20,8 @@ test: setup-test
 	./scripts/test.sh $(PYTEST_ARGS)
 
 lint: setup-test
-	$(VENV)/bin/ruff check cli kube scheduler tests bench molecule scripts ansible_collections/decice/hybrid/plugins
-	$(VENV)/bin/ruff format --check cli kube scheduler tests bench molecule scripts ansible_collections/decice/hybrid/plugins
+	$(VENV)/bin/ruff check cli kube scheduler tests bench molecule scripts ansible_collections/decice/hybrid/plugins ansible_collections/decice/hybrid/roles
+	$(VENV)/bin/ruff format --check cli kube scheduler tests bench molecule scripts ansible_collections/decice/hybrid/plugins ansible_collections/decice/hybrid/roles
 	$(VENV)/bin/mypy
 	$(VENV)/bin/ansible-lint
 

@@ -8,8 +8,8 @@ export PATH="$PWD/$VENV/bin:$PATH"
 
 started=$SECONDS
 echo "== ruff"
-ruff check cli kube scheduler tests bench molecule scripts ansible_collections/decice/hybrid/plugins
-ruff format --check cli kube scheduler tests bench molecule scripts ansible_collections/decice/hybrid/plugins
+ruff check cli kube scheduler tests bench molecule scripts ansible_collections/decice/hybrid/plugins ansible_collections/decice/hybrid/roles
+ruff format --check cli kube scheduler tests bench molecule scripts ansible_collections/decice/hybrid/plugins ansible_collections/decice/hybrid/roles
 echo "== mypy"
 mypy
 echo "== pytest (static checks took $((SECONDS - started)) s)"

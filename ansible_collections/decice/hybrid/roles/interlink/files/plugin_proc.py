@@ -18,6 +18,7 @@ directory), so a reused pid is never signalled.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -167,10 +168,8 @@ def stop(pidfile: str, marker: str) -> None:
             os.kill(pid, signal.SIGKILL)
             time.sleep(0.5)
         print(pid)
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(pidfile)
-    except FileNotFoundError:
-        pass
 
 
 def leftovers(markers: list[str], paths: list[str]) -> None:
