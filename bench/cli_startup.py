@@ -5,8 +5,8 @@
 Runs ``decice --help`` ``--runs`` times after one warm-up run and prints one JSON object
 per checkout: the fastest, median and slowest wall-clock seconds and the 1-minute load
 average at the end. Without ``--checkout``, the ``decice`` entry point next to this
-interpreter; with them, ``python -m decice --help`` of each checkout (its ``cli`` and
-``scheduler`` first on PYTHONPATH, the same interpreter and packages), the checkouts taking
+interpreter; with them, ``python -m decice --help`` of each checkout (its ``cli``, ``kube``
+and ``scheduler`` first on PYTHONPATH, the same interpreter and packages), the checkouts taking
 turns run by run so that the machine's other work hits each alike. The fastest run is the
 figure to compare: slower ones measure the machine's other work.
 """
@@ -37,7 +37,9 @@ def main() -> int:
     arms: list[tuple[str, list[str], dict[str, str] | None]] = []
     if args.checkout:
         for checkout in args.checkout:
-            path = f"{checkout.resolve() / 'cli'}:{checkout.resolve() / 'scheduler'}"
+            # its own packages first: cli, scheduler and (from #28 on) kube
+            roots = [checkout.resolve() / d for d in ("cli", "kube", "scheduler")]
+            path = ":".join(str(root) for root in roots if root.is_dir())
             pythonpath = {**os.environ, "PYTHONPATH": path}
             arms.append((str(checkout), [sys.executable, "-m", "decice", "--help"], pythonpath))
     else:
