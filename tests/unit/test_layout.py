@@ -195,48 +195,6 @@ def test_one_quantity_grammar_and_one_pod_request_rule() -> None:
     assert offenders == []
 
 
-def _strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
-    """Tarjan's components of more than one module (iterative: no recursion limit)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    for root in sorted(edges):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(edges[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, successors = work[-1]
-            for succ in successors:
-                if succ not in index:
-                    index[succ] = low[succ] = len(index)
-                    stack.append(succ)
-                    on_stack.add(succ)
-                    work.append((succ, iter(sorted(edges.get(succ, ())))))
-                    break
-                if succ in on_stack:
-                    low[node] = min(low[node], index[succ])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    component = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        component.append(member)
-                        if member == node:
-                            break
-                    if len(component) > 1:
-                        found.append(sorted(component))
-    return found
-
-
 def _grimp_edges(*packages: str) -> dict[str, set[str]]:
     try:
         import grimp
@@ -247,10 +205,11 @@ def _grimp_edges(*packages: str) -> dict[str, set[str]]:
 
 
 def test_an_independent_import_graph_has_no_cycle(tmp_path: Path, monkeypatch) -> None:
-    """A second opinion on the cycles (#28): grimp (import-linter's graph builder) reads
-    every import of the three packages, lazy and type-only ones included, and no module
-    takes part in a cycle. A planted cycle is found, so the check can fail."""
-    assert _strongly_connected(_grimp_edges("decice", "decice_kube", "decice_scheduler")) == []
+    """A second opinion on the cycles (#28): grimp (import-linter's graph builder, its own
+    parser) reads every import of the three packages, lazy and type-only ones included,
+    and no module takes part in a cycle (the components of _cycles over grimp's graph). A
+    planted cycle is found, so the check can fail."""
+    assert _cycles(_grimp_edges("decice", "decice_kube", "decice_scheduler")) == []
     (tmp_path / "planted").mkdir()
     (tmp_path / "planted" / "__init__.py").write_text("")
     (tmp_path / "planted" / "a.py").write_text("def f():\n    from planted import b\n")
@@ -258,7 +217,7 @@ def test_an_independent_import_graph_has_no_cycle(tmp_path: Path, monkeypatch) -
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from planted import a\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert _strongly_connected(_grimp_edges("planted")) == [["planted.a", "planted.b"]]
+    assert _cycles(_grimp_edges("planted")) == [["planted.a", "planted.b"]]
 
 
 def test_nothing_below_the_lifecycle_imports_it() -> None:
