@@ -26,8 +26,10 @@ def _add(into: dict[str, N], more: Mapping[str, N]) -> None:
 
 
 def _max(into: dict[str, N], other: Mapping[str, N]) -> None:
+    """Raise ``into`` to ``other`` where it is larger, counting an absent entry as zero
+    (a negative step, from raw JSON the API server would refuse, lowers nothing)."""
     for name, amount in other.items():
-        if name not in into or amount > into[name]:
+        if amount > into.get(name, 0):
             into[name] = amount
 
 

@@ -264,3 +264,19 @@ def test_a_sidecar_runs_beside_the_rest_and_is_stopped_at_the_end(tmp_path: Path
     assert (job / "a.log").read_text() == "up\n"
     assert (job / "after.exit").read_text().split()[::2] == ["0", "Completed"]
     assert (job / "side.exit").read_text().split()[0] == "143"  # stopped by the job
+
+
+def test_a_negative_init_step_shrinks_no_job():
+    """The plugin counts a pod's peak as the scheduler does: a negative init request
+    (raw JSON; the API server refuses it) lowers nothing below the app's own ask."""
+    from decice_kube.pods import peak_request
+
+    pod = {
+        "spec": {
+            "containers": [{"name": "app", "resources": {"requests": {"cpu": "2"}}}],
+            "initContainers": [{"name": "i", "resources": {"requests": {"cpu": "-1"}}}],
+        }
+    }
+    assert peak_request(pod, lambda res, _name: {"cpu": int(res["requests"]["cpu"])}) == {"cpu": 2}
+    pod["spec"]["containers"] = []
+    assert peak_request(pod, lambda res, _name: {"cpu": int(res["requests"]["cpu"])}) == {}

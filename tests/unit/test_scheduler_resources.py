@@ -182,3 +182,16 @@ def test_a_capacity_that_is_not_a_quantity_counts_as_zero():
     assert parse_resource_list(["cpu"]) == Resources()  # type: ignore[arg-type]
     # a huge capacity is as large as a count can be
     assert parse_resource_list({"memory": "1e30"}).memory == INT64_MAX
+
+
+def test_a_negative_init_step_lowers_no_request():
+    """Only what an init step needs beyond nothing raises the peak: a negative request in
+    an init container (raw JSON the API server would refuse) leaves the pod's request as
+    its app containers' (as kube-scheduler's max with zero)."""
+    pod = make_pod(
+        "neg",
+        containers=[container("app", requests={"memory": "64Mi"})],
+        init_containers=[container("init", requests={"cpu": "-500m"})],
+    )
+    request = pod_request(pod)
+    assert (request.cpu, request.memory) == (0, 64 * 2**20)
