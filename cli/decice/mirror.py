@@ -28,17 +28,18 @@ import re
 import stat
 import tempfile
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
 from decice.errors import InputError, RunFailedError
-from decice.spec_model import MirrorSpec
+
+if TYPE_CHECKING:
+    from decice.spec_model import MirrorSpec
 
 SETTINGS_FILE = "mirror.yml"
 SUMS_FILE = "SHA256SUMS"
@@ -88,33 +89,38 @@ class Mirror:
         return f"mirror {self.kind} {self.root}"
 
     def exists(self, *parts: str) -> bool:
-        if self.kind == "path":
-            return Path(self.location(*parts)).is_file()
+        location = self.location(*parts)
+        local = local_path(location)
+        if local is not None:
+            return Path(local).is_file()
+        from decice_kube import web
+
         try:
-            with urllib.request.urlopen(
-                urllib.request.Request(self.location(*parts), method="HEAD"), timeout=TIMEOUT_S
-            ):
-                return True
-        except (urllib.error.URLError, OSError):
+            return 200 <= web.status_of(location, timeout=TIMEOUT_S) < 300
+        except web.WebError:
             return False
 
     def read_text(self, *parts: str) -> str | None:
-        """Text of a small file of the mirror; None when it is not there."""
-        if self.kind == "path":
-            path = Path(self.location(*parts))
+        """Text of a small file of the mirror (its first MiB); None when it is not there."""
+        location = self.location(*parts)
+        local = local_path(location)
+        if local is not None:
+            path = Path(local)
             return path.read_text(encoding="utf-8") if path.is_file() else None
+        from decice_kube import web
+
+        data = b""
         try:
-            with urllib.request.urlopen(self.location(*parts), timeout=TIMEOUT_S) as response:
-                data: bytes = response.read(CHUNK)
-                return data.decode("utf-8")
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
+            with web.stream(location, timeout=TIMEOUT_S) as pieces:
+                for piece in pieces:
+                    data += piece
+                    if len(data) >= CHUNK:
+                        break
+        except web.WebError as exc:
+            if exc.status == 404:
                 return None
-            raise MirrorError(f"{self.location(*parts)}: HTTP {exc.code}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            if isinstance(getattr(exc, "reason", None), FileNotFoundError):
-                return None  # a file:// mirror without that file
-            raise MirrorError(f"{self.location(*parts)}: {exc}") from None
+            raise MirrorError(str(exc)) from None
+        return data[:CHUNK].decode("utf-8")
 
     def fetch(self, parts: tuple[str, ...], dest: Path) -> str:
         """Copy or download ``parts`` to ``dest``; return its sha256."""
@@ -234,21 +240,19 @@ def download(
     deadline = time.monotonic() + total_timeout
     try:
         with os.fdopen(fd, "wb") as out:
-            if "://" not in source:
-                with _open_regular(source) as handle:
-                    _copy(handle, out, digest, source, dest, max_bytes, deadline)
+            local = local_path(source)
+            if local is not None:
+                with _open_regular(local) as handle:
+                    pieces = iter(lambda: handle.read1(CHUNK), b"")
+                    _copy(pieces, out, digest, source, dest, max_bytes, deadline)
             else:
+                from decice_kube import web
+
                 try:
-                    with urllib.request.urlopen(source, timeout=timeout) as response:
-                        _copy(response, out, digest, source, dest, max_bytes, deadline)
-                except urllib.error.HTTPError as exc:
-                    raise MirrorError(f"{source}: HTTP {exc.code} {exc.reason}") from None
-                except TimeoutError:
-                    raise MirrorError(f"{source}: no data for {timeout:.0f} s") from None
-                except (urllib.error.URLError, OSError) as exc:
-                    if isinstance(exc, _WriteError):
-                        raise
-                    raise MirrorError(f"{source}: cannot download: {exc}") from None
+                    with web.stream(source, timeout=timeout) as pieces:
+                        _copy(pieces, out, digest, source, dest, max_bytes, deadline)
+                except web.WebError as exc:
+                    raise MirrorError(str(exc)) from None
         if sha256 is not None and digest.hexdigest() != sha256.lower():
             raise ChecksumError(source, sha256.lower(), digest.hexdigest())
         tmp.replace(dest)
@@ -278,14 +282,28 @@ def _open_regular(source: str) -> Any:
         raise
 
 
+def local_path(source: str) -> str | None:
+    """The file a source names on this machine: a plain path, or a ``file://`` URL's path;
+    None for a network URL."""
+    if "://" not in source:
+        return source
+    parts = urllib.parse.urlsplit(source)
+    if parts.scheme != "file":
+        return None
+    return urllib.parse.unquote(parts.path)
+
+
 def _copy(
-    src: Any, out: Any, digest: Any, source: str, dest: Path, max_bytes: int, deadline: float
+    pieces: Iterable[bytes],
+    out: Any,
+    digest: Any,
+    source: str,
+    dest: Path,
+    max_bytes: int,
+    deadline: float,
 ) -> None:
     total = 0
-    while True:
-        chunk = src.read1(CHUNK)
-        if not chunk:
-            break
+    for chunk in pieces:
         total += len(chunk)
         if total > max_bytes:
             raise MirrorError(f"{source}: more than {max_bytes} bytes; nothing was placed")

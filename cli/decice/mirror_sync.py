@@ -24,7 +24,6 @@ import shutil
 import subprocess
 import tempfile
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -200,7 +199,7 @@ def source_mirror(text: str) -> mirror.Mirror:
                 f"--from {text}: not a directory, file:// or http(s):// URL\n"
                 "    fix: give a mirror directory or its URL, e.g. https://host/mirror"
             )
-        path = Path(urllib.request.url2pathname(parts.path))
+        path = Path(str(mirror.local_path(text)))
     else:
         path = Path(text).expanduser()
     if not path.is_dir():

@@ -261,20 +261,43 @@ def test_test_modules_do_not_import_each_other() -> None:
     assert offenders == []
 
 
-def test_only_the_kubernetes_client_names_httpx_errors() -> None:
-    """One client layer (#28): decice_kube.client turns every transport failure into
-    its ApiError; no caller catches an httpx error (the sim's virtual kubelet, whose own
-    httpx client talks to the interLink plugin, is the one other)."""
-    allowed = {
-        KUBE / "decice_kube" / "client.py",
-        CLI / "decice" / "sim" / "agent" / "vkubelet.py",
-    }
-    offenders = []
-    for path in [
+# HTTP client libraries: httpx is the one stack (inside decice_kube); the others are
+# second stacks (the interLink plugin's http.server is a server, not a client)
+_HTTP_CLIENTS = ("httpx", "urllib.request", "urllib.error", "http.client", "requests", "aiohttp")
+
+
+def _product_modules() -> list[Path]:
+    return [
         *(CLI / "decice").rglob("*.py"),
         *(KUBE / "decice_kube").rglob("*.py"),
         *(SCHEDULER / "decice_scheduler").rglob("*.py"),
-    ]:
+        *(ROOT / "ansible_collections" / "decice" / "hybrid" / "roles").rglob("*.py"),
+    ]
+
+
+def test_one_http_stack() -> None:
+    """One HTTP stack (#28): only decice_kube imports an HTTP client library (httpx: the
+    Kubernetes client, its HTTP/1.1 path on plain sockets, and ``web`` for probes, mirror
+    files, downloads and the interLink plugin API); everything else goes through it."""
+    offenders = []
+    for path in _product_modules():
+        if path.is_relative_to(KUBE):
+            continue
+        for module, _names in _imports(
+            ast.parse(path.read_text(encoding="utf-8")), runtime_only=False
+        ):
+            if any(module == c or module.startswith(f"{c}.") for c in _HTTP_CLIENTS):
+                offenders.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert offenders == []
+
+
+def test_only_the_http_layer_names_httpx_errors() -> None:
+    """One client layer (#28): decice_kube.client turns every transport failure into its
+    ApiError and decice_kube.web into its WebError; no other module catches an httpx
+    error."""
+    allowed = {KUBE / "decice_kube" / "client.py", KUBE / "decice_kube" / "web.py"}
+    offenders = []
+    for path in _product_modules():
         if path in allowed:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

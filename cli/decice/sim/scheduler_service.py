@@ -32,8 +32,6 @@ import secrets
 import socket
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -44,6 +42,7 @@ from decice import paths
 from decice.errors import RunFailedError
 from decice.sim import procs
 from decice.spec_model import SchedulerSpec
+from decice_kube import web
 from decice_kube.client import ApiError, Client, load_kubeconfig
 
 T = TypeVar("T")
@@ -161,13 +160,8 @@ def scheduler_argv(
 
 
 def _get(url: str, timeout: float = 2.0) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return int(resp.status), resp.read().decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, ""
-    except (urllib.error.URLError, OSError):
-        return 0, ""
+    status, body = web.probe(url, timeout=timeout)
+    return status, body.decode(errors="replace")
 
 
 def _ready(data: Mapping[str, Any]) -> bool:

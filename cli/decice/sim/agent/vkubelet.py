@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import json
 import logging
 import ssl
 import stat
@@ -58,12 +59,11 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
-import httpx
-
 from decice.interlink import api
 from decice.sim.agent import simnodes, vkmodel
 from decice.sim.agent.simnodes import SimNode
 from decice.sim.agent.vkmodel import Endpoint, MissingRef
+from decice_kube import web
 from decice_kube.client import MERGE_PATCH, ApiError, Client
 
 log = logging.getLogger("decice.sim.vkubelet")
@@ -111,11 +111,7 @@ class PluginClient:
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
-        if endpoint.url.startswith("unix:"):
-            transport = httpx.AsyncHTTPTransport(uds=endpoint.url[len("unix:") :])
-            self._http = httpx.AsyncClient(transport=transport, base_url="http://plugin")
-        else:
-            self._http = httpx.AsyncClient(base_url=endpoint.url)
+        self._http = web.Service(endpoint.url)
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -140,23 +136,21 @@ class PluginClient:
 
     async def call(
         self, method: str, path: str, body: Any, timeout: float = REQUEST_TIMEOUT
-    ) -> httpx.Response:
+    ) -> web.Reply:
         """One request; PluginError on transport errors, PluginRefused on HTTP errors."""
         content = vkmodel.json_bytes(body)
         try:
-            resp = await self._http.request(
-                method, path, content=content, headers=self._headers(), timeout=timeout
-            )
-        except httpx.HTTPError as exc:
-            raise PluginError(f"{method} {self.endpoint.url}{path}: {exc!r}") from exc
-        if resp.status_code >= 400:
-            raise PluginRefused(resp.status_code, resp.text)
+            resp = await self._http.request(method, path, content, self._headers(), timeout)
+        except web.WebError as exc:
+            raise PluginError(str(exc)) from exc
+        if resp.status >= 400:
+            raise PluginRefused(resp.status, resp.text)
         return resp
 
     async def create(self, data: Mapping[str, Any], uid: str) -> str:
         resp = await self.call("POST", "/create", data, timeout=CREATE_TIMEOUT)
         try:
-            return vkmodel.parse_create(resp.json(), uid)
+            return vkmodel.parse_create(json.loads(resp.content), uid)
         except ValueError as exc:
             raise PluginError(f"/create answer: {exc}") from exc
 
@@ -166,14 +160,16 @@ class PluginClient:
     async def status(self, pods: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
         resp = await self.call("GET", "/status", vkmodel.status_request_pods(pods))
         try:
-            return vkmodel.parse_statuses(resp.json() if resp.content.strip() else None)
+            return vkmodel.parse_statuses(
+                json.loads(resp.content) if resp.content.strip() else None
+            )
         except ValueError as exc:
             raise PluginError(f"/status answer: {exc}") from exc
 
     async def ping(self) -> Any:
         resp = await self.call("GET", "/status", [])
         try:
-            return resp.json()
+            return json.loads(resp.content)
         except ValueError:
             return resp.text
 

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
 import io
-import os
 import re
 import tarfile
 import tempfile
-import urllib.error
-import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from decice import mirror
 from decice.errors import InputError
 from decice.sim.binaries.tools import BuildError
 
@@ -60,32 +57,28 @@ class Download:
 def fetch_binary(name: str, spec: Download, dest: Path, *, timeout: float = 60.0) -> Path:
     """Download ``spec``, verify its sha256, write the binary to ``dest`` (mode 0755).
 
-    The file is written next to ``dest`` and renamed into place, so a reader never sees a
-    partial binary.
+    The download is decice's one bounded, checksum-verified copy
+    (:func:`decice.mirror.download`); the binary is written next to ``dest`` and renamed
+    into place, so a reader never sees a partial binary.
     """
     spec.validate(name)
-    try:
-        with urllib.request.urlopen(spec.url, timeout=timeout) as resp:
-            payload = resp.read()
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        raise DownloadUnavailable(f"{name}: cannot download {spec.url}: {exc}") from exc
-    digest = hashlib.sha256(payload).hexdigest()
-    if digest != spec.sha256.lower():
-        raise BuildError(
-            f"{name}: sha256 mismatch for {spec.url}: expected {spec.sha256}, got {digest}; "
-            "the file was not used"
-        )
-    data = _extract(name, spec, payload)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        Path(tmp).chmod(0o755)
-        Path(tmp).replace(dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{name}.") as scratch:
+        fetched = Path(scratch) / "download"
+        try:
+            mirror.download(spec.url, fetched, timeout=timeout, sha256=spec.sha256)
+        except mirror.ChecksumError as exc:
+            raise BuildError(
+                f"{name}: sha256 mismatch for {spec.url}: expected {exc.expected}, got "
+                f"{exc.actual}; the file was not used"
+            ) from None
+        except mirror.MirrorError as exc:
+            raise DownloadUnavailable(f"{name}: cannot download {spec.url}: {exc}") from exc
+        data = _extract(name, spec, fetched.read_bytes())
+        binary = Path(scratch) / name
+        binary.write_bytes(data)
+        binary.chmod(0o755)
+        binary.replace(dest)
     return dest
 
 

@@ -44,8 +44,6 @@ import socket
 import ssl
 import stat
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass, field
@@ -65,6 +63,7 @@ from decice.sim.procs import (
     terminate,
     write_private,
 )
+from decice_kube import web
 
 log = logging.getLogger(__name__)
 
@@ -578,15 +577,7 @@ def _client_context(pki: Pki, leaf: str) -> ssl.SSLContext | None:
 
 
 def _get(url: str, ctx: ssl.SSLContext | None) -> tuple[int, bytes]:
-    if ctx is None:
-        return 0, b""
-    try:
-        with urllib.request.urlopen(url, timeout=2.0, context=ctx) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, b""
-    except (urllib.error.URLError, OSError, ssl.SSLError):
-        return 0, b""
+    return (0, b"") if ctx is None else web.probe(url, tls=ctx)
 
 
 def _etcd_healthy(pki: Pki, port: int) -> bool:
