@@ -1,7 +1,7 @@
 """Test support: prerequisite handling that fails loudly in CI and skips elsewhere, the
-one way tests wait for a condition, the decice CLI and ansible-playbook as subprocesses,
-process liveness, run records, a filled scheduler cluster state, sim specs and pods, a
-directory served over HTTP."""
+one way tests wait for a condition, a fake clock, the decice CLI and ansible-playbook as
+subprocesses, process liveness, run records, a lab record, a filled scheduler cluster
+state, sim specs and pods, an interLink request, a directory served over HTTP."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ import pytest
 import yaml
 
 from decice import records
+from decice.interlink.api import CreateRequest, parse_create
+from decice.lab.model import LabInfo, LabNode
 from decice_scheduler.cache.state import ClusterState
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
@@ -75,6 +77,27 @@ def wait_for(what: str, fn: Callable[[], Any], timeout: float = 30.0, every: flo
         time.sleep(every)
 
 
+class FakeClock:
+    """A clock the test moves: calling it or ``time()`` gives ``now`` (seconds); ``sleep``
+    moves ``now`` on, counts in ``sleeps`` and then runs ``on_sleep(sleeps)`` when given
+    (the world changing meanwhile)."""
+
+    def __init__(self, now: float = 0.0, on_sleep: Callable[[int], None] | None = None) -> None:
+        self.now, self.sleeps, self.on_sleep = now, 0, on_sleep
+
+    def __call__(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.sleeps += 1
+        if self.on_sleep:
+            self.on_sleep(self.sleeps)
+
+
 def run_decice(
     cwd: Path, *args: str, timeout: float = 1800, env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
@@ -97,17 +120,36 @@ def run_captured(
     )
 
 
+# the add-on versions a play of the collection's roles loads (roles/common)
+VERSIONS_FILE = REPO / "ansible_collections/decice/hybrid/roles/common/vars/main/versions.yml"
+
+
+def checkout_ansible_env(**settings: str) -> dict[str, str]:
+    """This environment without its ``ANSIBLE_*`` variables, with the checkout's
+    ansible.cfg, no colour, and ``settings``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", **settings)
+    return env
+
+
+def local_play(tasks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``tasks`` as one play on localhost (local connection, no facts, VERSIONS_FILE
+    loaded)."""
+    return {
+        "hosts": "localhost",
+        "connection": "local",
+        "gather_facts": False,
+        "vars_files": [str(VERSIONS_FILE)],
+        "tasks": list(tasks),
+    }
+
+
 def run_playbook(inventory: str, name: str | Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``ansible-playbook -i INVENTORY playbooks/NAME.yml ARGS`` from the checkout (NAME a
     Path: that playbook), with its ansible.cfg, no colour, one JSON line per result; never
     raising."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-    )
+    env = checkout_ansible_env(ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     playbook = str(name) if isinstance(name, Path) else f"playbooks/{name}.yml"
     argv = [str(BIN / "ansible-playbook"), "-i", inventory, playbook, *args]
     return subprocess.run(
@@ -126,16 +168,7 @@ def run_tasks(
 ) -> tuple[int, str, dict[str, int]]:
     """``tasks`` as one play on localhost (local connection, the collection's versions.yml
     loaded), written to ``path`` and run with ``run_playbook``: exit code, output, recap."""
-    play = {
-        "hosts": "localhost",
-        "connection": "local",
-        "gather_facts": False,
-        "vars_files": [
-            str(REPO / "ansible_collections/decice/hybrid/roles/common/vars/main/versions.yml")
-        ],
-        "tasks": list(tasks),
-    }
-    path.write_text(yaml.safe_dump([play]))
+    path.write_text(yaml.safe_dump([local_play(tasks)]))
     result = run_playbook(inventory, path, *args)
     return result.returncode, result.stdout + result.stderr, localhost_recap(result.stdout)
 
@@ -171,6 +204,23 @@ def run_record(
         target=target,
         artifacts=artifacts,
     )
+
+
+def lab_info(state_dir: Path, *, node_state: str = "unknown", **fields: Any) -> LabInfo:
+    """A lab record: lab ``x`` of one node, node1 (10.0.0.11, container ``x-node1``, in
+    ``node_state``), recorded in ``state_dir``; ``fields`` add to or replace the rest."""
+    values: dict[str, Any] = {
+        "name": "x",
+        "nodes": [LabNode("node1", "10.0.0.11", "x-node1", state=node_state)],
+        "network": "x-net",
+        "subnet": "10.0.0.0/24",
+        "image": "img",
+        "state_dir": str(state_dir),
+        "inventory": "i",
+        "ssh_config": "s",
+        "ssh_key": "k",
+    }
+    return LabInfo(**{**values, **fields})
 
 
 def cluster_state(nodes: Iterable[Any], pods: Iterable[Any] = ()) -> ClusterState:
@@ -236,6 +286,22 @@ def pod_manifest(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
+def interlink_request(
+    uid: str,
+    spec: Mapping[str, Any],
+    annotations: Mapping[str, str] | None = None,
+    delivered: Sequence[Mapping[str, Any]] | None = None,
+) -> CreateRequest:
+    """interLink's /create request for pod ns/p (``uid``) with ``spec`` and
+    ``annotations``; ``delivered``: what it carries per container (its ConfigMaps, Secrets,
+    projected volumes), absent when None."""
+    meta = {"name": "p", "namespace": "ns", "uid": uid, "annotations": dict(annotations or {})}
+    body: dict[str, Any] = {"pod": {"metadata": meta, "spec": dict(spec)}}
+    if delivered is not None:
+        body["container"] = list(delivered)
+    return parse_create(body)
+
+
 def crd_manifest(
     group: str, kind: str, plural: str, schema: dict[str, Any], **version_extra: Any
 ) -> dict[str, Any]:
@@ -295,13 +361,8 @@ def run_local_json(
     collection's versions.yml loaded), written to ``path`` and run from the checkout with
     the JSON callback (custom stats shown) and ``extra`` as extra vars: the callback's
     document. Fails the test when ansible-playbook fails."""
-    versions_file = REPO / "ansible_collections/decice/hybrid/roles/common/vars/main/versions.yml"
-    play = {"hosts": "localhost", "connection": "local", "gather_facts": False,
-            "vars_files": [str(versions_file)], "tasks": list(tasks)}  # fmt: skip
-    path.write_text(json.dumps([play]))  # JSON is YAML
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_SHOW_CUSTOM_STATS="1")  # fmt: skip
+    path.write_text(json.dumps([local_play(tasks)]))  # JSON is YAML
+    env = checkout_ansible_env(ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_SHOW_CUSTOM_STATS="1")
     variables = {"ansible_python_interpreter": sys.executable, **extra}
     result = run_captured(
         [str(BIN / "ansible-playbook"), "-i", "localhost,", str(path), "-e",

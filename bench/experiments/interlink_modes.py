@@ -31,19 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "interlink"))
 
 # `decice ARGS --json` in a directory: its JSON document, or exit naming the failure
-from latency import decice, tear_down  # noqa: E402
-
-TAINT = {"key": "virtual-node.interlink/no-schedule", "value": "true", "effect": "NoSchedule"}
-
-
-def virtual_node(prefix: str, cpus: int) -> dict[str, Any]:
-    return {
-        "name_prefix": prefix,
-        "count": 1,
-        "capacity": {"cpu": str(cpus), "memory": "16Gi", "pods": "1000"},
-        "labels": {"type": "virtual-kubelet"},
-        "taints": [TAINT],
-    }
+from latency import decice, interlink_spec, tear_down, virtual_node  # noqa: E402
 
 
 def spec(info: dict[str, Any], nodes: int) -> dict[str, Any]:
@@ -56,39 +44,19 @@ def spec(info: dict[str, Any], nodes: int) -> dict[str, Any]:
         "partition": "lab",
         "runtime": "bare",
     }
-    return {
-        "name": "interlink-modes",
-        "target": "sim",
-        "sim": {
-            "nodes": [
-                {"name_prefix": "cpu", "count": 1, "capacity": {"cpu": "4", "memory": "8Gi"}},
-                virtual_node("hpcjob", cpus),
-                virtual_node("hpcpilot", cpus),
-            ]
+    endpoints = [
+        {**common, "node": "hpcjob-0", "port": 4000, "data_dir": f"{info['shared_mount']}/job"},
+        {
+            **common,
+            "node": "hpcpilot-0",
+            "port": 4001,
+            "data_dir": f"{info['shared_mount']}/pilot",
+            "mode": "pilot",
+            "pilot": {"nodes": nodes, "max_pilots": 1, "idle_release": 0},
         },
-        "allocation": {"ssh_config": info["ssh_config"]},
-        "addons": {
-            **{a: {"enabled": False} for a in ("volcano", "kubeedge", "sedna", "kubeflow")},
-            "interlink": {
-                "endpoints": [
-                    {
-                        **common,
-                        "node": "hpcjob-0",
-                        "port": 4000,
-                        "data_dir": f"{info['shared_mount']}/job",
-                    },
-                    {
-                        **common,
-                        "node": "hpcpilot-0",
-                        "port": 4001,
-                        "data_dir": f"{info['shared_mount']}/pilot",
-                        "mode": "pilot",
-                        "pilot": {"nodes": nodes, "max_pilots": 1, "idle_release": 0},
-                    },
-                ]
-            },
-        },
-    }
+    ]
+    hpc = [virtual_node("hpcjob", cpus, "16Gi"), virtual_node("hpcpilot", cpus, "16Gi")]
+    return interlink_spec("interlink-modes", info, hpc, endpoints)
 
 
 def main() -> int:

@@ -54,40 +54,57 @@ def decice(cwd: Path, *args: str, timeout: float = 1800) -> dict[str, Any]:
     return data
 
 
-def spec(info: dict[str, Any], data_dir: str) -> dict[str, Any]:
-    taint = {"key": "virtual-node.interlink/no-schedule", "value": "true", "effect": "NoSchedule"}
+# keeps every pod off a virtual HPC node that does not tolerate it
+TAINT = {"key": "virtual-node.interlink/no-schedule", "value": "true", "effect": "NoSchedule"}
+
+
+def virtual_node(prefix: str, cpus: int, memory: str) -> dict[str, Any]:
+    """A sim node group of one virtual HPC node (``<prefix>-0``), tainted with TAINT."""
     return {
-        "name": "interlink-bench",
+        "name_prefix": prefix,
+        "count": 1,
+        "capacity": {"cpu": str(cpus), "memory": memory, "pods": "1000"},
+        "labels": {"type": "virtual-kubelet"},
+        "taints": [TAINT],
+    }
+
+
+def interlink_spec(
+    name: str,
+    info: dict[str, Any],
+    virtual_nodes: list[dict[str, Any]],
+    endpoints: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """A sim spec: one CPU node and ``virtual_nodes``, backed by the interLink
+    ``endpoints`` on the lab ``info`` (``decice lab status``) describes; the other add-ons
+    off."""
+    return {
+        "name": name,
         "target": "sim",
         "sim": {
             "nodes": [
                 {"name_prefix": "cpu", "count": 1, "capacity": {"cpu": "4", "memory": "8Gi"}},
-                {
-                    "name_prefix": "hpc",
-                    "count": 1,
-                    "capacity": {"cpu": "64", "memory": "64Gi", "pods": "1000"},
-                    "labels": {"type": "virtual-kubelet"},
-                    "taints": [taint],
-                },
+                *virtual_nodes,
             ]
         },
         "allocation": {"ssh_config": info["ssh_config"]},
         "addons": {
             **{a: {"enabled": False} for a in ("volcano", "kubeedge", "sedna", "kubeflow")},
-            "interlink": {
-                "endpoints": [
-                    {
-                        "node": "hpc-0",
-                        "login_host": info["nodes"][0]["name"],
-                        "user": info["user"],
-                        "partition": "lab",
-                        "data_dir": data_dir,
-                        "runtime": "bare",
-                    }
-                ]
-            },
+            "interlink": {"endpoints": endpoints},
         },
     }
+
+
+def spec(info: dict[str, Any], data_dir: str) -> dict[str, Any]:
+    endpoint = {
+        "node": "hpc-0",
+        "login_host": info["nodes"][0]["name"],
+        "user": info["user"],
+        "partition": "lab",
+        "data_dir": data_dir,
+        "runtime": "bare",
+    }
+    return interlink_spec("interlink-bench", info, [virtual_node("hpc", 64, "64Gi")], [endpoint])
 
 
 def pod(name: str, seconds: float) -> dict[str, Any]:
@@ -100,7 +117,7 @@ def pod(name: str, seconds: float) -> dict[str, Any]:
             "schedulerName": "decice-scheduler",
             "restartPolicy": "Never",
             "nodeSelector": {"type": "virtual-kubelet"},
-            "tolerations": [{"key": "virtual-node.interlink/no-schedule", "operator": "Exists"}],
+            "tolerations": [{"key": TAINT["key"], "operator": "Exists"}],
             "containers": [
                 {
                     "name": "main",

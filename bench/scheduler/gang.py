@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -40,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scheduler"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from throughput import node_body  # noqa: E402
+from throughput import bind_times, create_then_list, node_body, stop  # noqa: E402
 
 from decice_kube.client import Client  # noqa: E402
 from decice_scheduler.gang.podgroup import ANNOTATION_MIN_MEMBER, LABEL_GROUP  # noqa: E402
@@ -76,50 +75,17 @@ def pod_body(group: int, member: int, size: int, gang: bool) -> dict[str, Any]:
 
 
 async def populate(kubeconfig: Path, args: argparse.Namespace, gang: bool) -> str:
-    client = Client.from_kubeconfig(kubeconfig, max_retries=8, max_in_flight=64)
-    try:
-        await asyncio.gather(
-            *(
-                client.request("POST", "/api/v1/nodes", body=node_body(i, False), ok_status=())
-                for i in range(args.nodes)
-            )
-        )
-        await asyncio.gather(
-            *(
-                client.request(
-                    "POST",
-                    "/api/v1/namespaces/default/pods",
-                    body=pod_body(g, m, args.size, gang),
-                    ok_status=(),
-                )
-                for m in range(args.size)
-                for g in range(args.groups)
-            )
-        )
-        _, rv = await client.list_all("/api/v1/pods", page=500)
-        return rv
-    finally:
-        await client.close()
+    return await create_then_list(
+        kubeconfig,
+        (node_body(i, False) for i in range(args.nodes)),
+        (pod_body(g, m, args.size, gang) for m in range(args.size) for g in range(args.groups)),
+    )
 
 
 async def watch_binds(kubeconfig: Path, rv: str, pods: int, started: float) -> dict[str, Any]:
     """uid -> (group, seconds after start when bound)."""
-    client = Client.from_kubeconfig(kubeconfig, max_retries=8, max_in_flight=64)
-    bound: dict[str, tuple[str, float]] = {}
-    try:
-        while len(bound) < pods:
-            async for event in client.watch("/api/v1/pods", rv, server_timeout=600):
-                obj = event.get("object") or {}
-                meta = obj.get("metadata") or {}
-                rv = meta.get("resourceVersion") or rv
-                if (obj.get("spec") or {}).get("nodeName") and meta["uid"] not in bound:
-                    group = (meta.get("labels") or {}).get(GROUP, "")
-                    bound[meta["uid"]] = (group, time.monotonic() - started)
-                    if len(bound) >= pods:
-                        break
-        return bound
-    finally:
-        await client.close()
+    times = await bind_times(kubeconfig, rv, pods, started)
+    return {uid: ((m.get("labels") or {}).get(GROUP, ""), t) for uid, (m, t) in times.items()}
 
 
 async def sample_partial(
@@ -206,11 +172,7 @@ def one_run(mode: str, args: argparse.Namespace, binaries: Any) -> dict[str, Any
                 bound, sampled = asyncio.run(measure(cp.kubeconfig, rv, args, gang, started))
                 partial_end = asyncio.run(final_partial(cp.kubeconfig, args.size))
             finally:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+                stop(proc)
             total = max(t for _, t in bound.values())
             first = min(t for _, t in bound.values())
             spans: dict[str, list[float]] = defaultdict(list)

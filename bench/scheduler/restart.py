@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -39,10 +38,14 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 from throughput import (  # noqa: E402
+    PODS,
     cpu_seconds,
+    create_all,
     node_body,
     peak_rss_mib,
     pod_body,
+    stop,
+    wait_bound,
 )
 
 
@@ -57,14 +60,7 @@ async def populate(kubeconfig: Path, nodes: int, pods: int) -> None:
     client = Client.from_kubeconfig(kubeconfig, max_retries=8, max_in_flight=64)
     try:
         t0 = time.monotonic()
-        await asyncio.gather(
-            *(
-                client.request(
-                    "POST", "/api/v1/nodes", body=node_body(i, i % 10 == 0), ok_status=()
-                )
-                for i in range(nodes)
-            )
-        )
+        await create_all(client, "/api/v1/nodes", (node_body(i, i % 10 == 0) for i in range(nodes)))
         print(f"# {nodes} nodes: {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
         t0 = time.monotonic()
         sem = asyncio.Semaphore(2000)
@@ -72,10 +68,7 @@ async def populate(kubeconfig: Path, nodes: int, pods: int) -> None:
         async def create(i: int) -> None:
             async with sem:
                 await client.request(
-                    "POST",
-                    "/api/v1/namespaces/default/pods",
-                    body=bound_body(i, f"bench-{i % nodes:05d}"),
-                    ok_status=(),
+                    "POST", PODS, body=bound_body(i, f"bench-{i % nodes:05d}"), ok_status=()
                 )
 
         await asyncio.gather(*(create(i) for i in range(pods)))
@@ -93,44 +86,12 @@ async def populate(kubeconfig: Path, nodes: int, pods: int) -> None:
 async def add_pending(kubeconfig: Path, first: int, count: int) -> tuple[str, set[str]]:
     client = Client.from_kubeconfig(kubeconfig, max_retries=8, max_in_flight=64)
     try:
-        await asyncio.gather(
-            *(
-                client.request(
-                    "POST",
-                    "/api/v1/namespaces/default/pods",
-                    body=pod_body(i, "decice-scheduler"),
-                    ok_status=(),
-                )
-                for i in range(first, first + count)
-            )
-        )
+        pending = range(first, first + count)
+        await create_all(client, PODS, (pod_body(i, "decice-scheduler") for i in pending))
         body = await client.get("/api/v1/pods", {"limit": "1"})
         rv = str(body["metadata"]["resourceVersion"])
-        names = {f"p-{i:06d}" for i in range(first, first + count)}
+        names = {f"p-{i:06d}" for i in pending}
         return rv, names
-    finally:
-        await client.close()
-
-
-async def wait_bound(
-    kubeconfig: Path, rv: str, names: set[str], started: float
-) -> tuple[float, float]:
-    client = Client.from_kubeconfig(kubeconfig, max_retries=8, max_in_flight=64)
-    bound: set[str] = set()
-    first = 0.0
-    try:
-        while len(bound) < len(names):
-            async for event in client.watch("/api/v1/pods", rv, server_timeout=600):
-                obj = event.get("object") or {}
-                meta = obj.get("metadata") or {}
-                rv = meta.get("resourceVersion") or rv
-                if meta.get("name") in names and (obj.get("spec") or {}).get("nodeName"):
-                    if not bound:
-                        first = time.monotonic() - started
-                    bound.add(meta["name"])
-                    if len(bound) >= len(names):
-                        break
-        return first, time.monotonic() - started
     finally:
         await client.close()
 
@@ -154,24 +115,19 @@ def one_start(data: Path, kubeconfig: Path, rv: str, names: set[str]) -> dict[st
     argv = scheduler_argv(kubeconfig, port)
     log = (data / f"decice-{int(time.time())}.log").open("wb")
     ready: dict[str, float] = {}
-    stop = threading.Event()
+    halt = threading.Event()
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
-    poller = threading.Thread(target=poll_ready, args=(port, started, ready, stop), daemon=True)
+    poller = threading.Thread(target=poll_ready, args=(port, started, ready, halt), daemon=True)
     poller.start()
     try:
-        first, total = asyncio.run(wait_bound(kubeconfig, rv, names, started))
+        first, total = asyncio.run(wait_bound(kubeconfig, rv, len(names), started, names))
         poller.join(timeout=60)
         cpu = cpu_seconds(proc.pid)
         rss = peak_rss_mib(proc.pid)
     finally:
-        stop.set()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        halt.set()
+        stop(proc)
         log.close()
     return {
         "ready_s": round(ready["ready_s"], 2) if "ready_s" in ready else None,

@@ -39,8 +39,6 @@ import asyncio
 import json
 import multiprocessing
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -67,13 +65,12 @@ from _stream_stats import (  # noqa: E402
     summary_ms,
     sustained,
 )
-from throughput import cpu_seconds, pod_body, populate, start  # noqa: E402
+from throughput import PODS, cpu_seconds, pod_body, populate, start, stop  # noqa: E402
 
 from decice.sim.controlplane import audit  # noqa: E402
 from decice_kube.client import Client, load_kubeconfig  # noqa: E402
 from decice_kube.http1 import Http1Pool  # noqa: E402
 
-PODS = "/api/v1/namespaces/default/pods"
 WARMUP = 10
 SAMPLE_S = 0.25
 
@@ -325,11 +322,7 @@ def one_run(which: str, rate: float, args: argparse.Namespace, binaries: Any) ->
                 out = asyncio.run(stream(cp.kubeconfig, rv, name, rate, args))
                 cpu = cpu_seconds(proc.pid)
             finally:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+                stop(proc)
             head = {"scheduler": which, "nodes": args.nodes, "qps": args.qps}
             out.update(api_side(data))
             return {**head, "burst": args.burst, **out, "scheduler_cpu_s": round(cpu, 1)}

@@ -48,6 +48,7 @@ import tempfile
 import time
 import urllib.request
 from collections import defaultdict
+from collections.abc import Container, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -108,52 +109,71 @@ def pod_body(i: int, scheduler: str) -> dict[str, Any]:
     }
 
 
-async def populate(kubeconfig: Path, nodes: int, pods: int, scheduler: str) -> str:
+PODS = "/api/v1/namespaces/default/pods"
+
+
+async def create_all(client: Client, path: str, bodies: Iterable[dict[str, Any]]) -> None:
+    """POST every one of ``bodies`` to ``path`` at once (an existing object is no error)."""
+    await asyncio.gather(*(client.request("POST", path, body=b, ok_status=()) for b in bodies))
+
+
+async def create_then_list(
+    kubeconfig: Path, nodes: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]]
+) -> str:
+    """Create ``nodes``, then ``pods`` (namespace default); the resourceVersion of a LIST of
+    the pods after (where a watch of what the scheduler does starts)."""
     client = Client.from_kubeconfig(kubeconfig, max_retries=8, max_in_flight=64)
     try:
-        await asyncio.gather(
-            *(
-                client.request(
-                    "POST", "/api/v1/nodes", body=node_body(i, i % 10 == 0), ok_status=()
-                )
-                for i in range(nodes)
-            )
-        )
-        await asyncio.gather(
-            *(
-                client.request(
-                    "POST",
-                    "/api/v1/namespaces/default/pods",
-                    body=pod_body(i, scheduler),
-                    ok_status=(),
-                )
-                for i in range(pods)
-            )
-        )
+        await create_all(client, "/api/v1/nodes", nodes)
+        await create_all(client, PODS, pods)
         _, rv = await client.list_all("/api/v1/pods", page=500)
         return rv
     finally:
         await client.close()
 
 
-async def wait_bound(kubeconfig: Path, rv: str, pods: int, started: float) -> tuple[float, float]:
+async def populate(kubeconfig: Path, nodes: int, pods: int, scheduler: str) -> str:
+    return await create_then_list(
+        kubeconfig,
+        (node_body(i, i % 10 == 0) for i in range(nodes)),
+        (pod_body(i, scheduler) for i in range(pods)),
+    )
+
+
+async def bind_times(
+    kubeconfig: Path, rv: str, pods: int, started: float, names: Container[str] | None = None
+) -> dict[str, tuple[dict[str, Any], float]]:
+    """uid -> (metadata, seconds after ``started`` when first seen bound) of the first
+    ``pods`` pods (of ``names`` only, when given) seen with a nodeName, watching from
+    ``rv``."""
     client = Client.from_kubeconfig(kubeconfig, max_retries=8, max_in_flight=64)
-    bound: set[str] = set()
-    first = 0.0
+    bound: dict[str, tuple[dict[str, Any], float]] = {}
     try:
         while len(bound) < pods:
             async for event in client.watch("/api/v1/pods", rv, server_timeout=600):
                 obj = event.get("object") or {}
-                rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
-                if (obj.get("spec") or {}).get("nodeName"):
-                    if not bound:
-                        first = time.monotonic() - started
-                    bound.add(obj["metadata"]["uid"])
+                meta = obj.get("metadata") or {}
+                rv = meta.get("resourceVersion") or rv
+                if (
+                    (obj.get("spec") or {}).get("nodeName")
+                    and meta["uid"] not in bound
+                    and (names is None or meta.get("name") in names)
+                ):
+                    bound[meta["uid"]] = (meta, time.monotonic() - started)
                     if len(bound) >= pods:
                         break
-        return first, time.monotonic() - started
+        return bound
     finally:
         await client.close()
+
+
+async def wait_bound(
+    kubeconfig: Path, rv: str, pods: int, started: float, names: Container[str] | None = None
+) -> tuple[float, float]:
+    """Seconds after ``started`` until the first and until the last of ``bind_times``'s
+    pods was seen bound."""
+    times = [t for _, t in (await bind_times(kubeconfig, rv, pods, started, names)).values()]
+    return (min(times), max(times)) if times else (0.0, 0.0)
 
 
 async def admission_rejections(kubeconfig: Path) -> int:
@@ -366,6 +386,17 @@ def start(
     return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
 
 
+def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 20) -> None:
+    """Send ``sig`` to ``proc`` and wait up to ``timeout`` s for it to end; kill it when it
+    has not."""
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def limiter_floor(first_bind: float, pods: int, qps: float, burst: int) -> float:
     """The shortest time a client held to ``qps``/``burst`` (a token bucket that starts
     full, as client-go's and decice's do) can take to bind ``pods`` pods when its first
@@ -430,11 +461,10 @@ def one_run(
                 rejections = asyncio.run(admission_rejections(cp.kubeconfig))
                 events, lags = asyncio.run(scheduled_events(cp.kubeconfig, args.pods))
             finally:
-                proc.send_signal(signal.SIGTERM if not profiled else signal.SIGINT)
-                try:
-                    proc.wait(timeout=60 if profiled else 20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+                if profiled:
+                    stop(proc, signal.SIGINT, timeout=60)  # py-spy writes its profile
+                else:
+                    stop(proc)
             return {
                 "scheduler": which,
                 "nodes": args.nodes,

@@ -41,11 +41,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "scheduler"))
 
-from throughput import populate  # noqa: E402
+from throughput import PODS, populate  # noqa: E402
 
 from decice_kube.client import MERGE_PATCH, Client  # noqa: E402
 
-PODS = "/api/v1/namespaces/default/pods"
 TRANSPORTS = ("http2", "http1")
 
 

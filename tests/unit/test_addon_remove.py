@@ -15,6 +15,8 @@ from ansible_collections.decice.hybrid.plugins.module_utils import cluster as ku
 from ansible_collections.decice.hybrid.plugins.module_utils import removal
 from ansible_collections.decice.hybrid.plugins.modules import addon_remove
 
+from tests.support import FakeClock
+
 pytestmark = pytest.mark.unit
 
 Obj = dict[str, Any]
@@ -117,18 +119,7 @@ def names(cluster: FakeCluster) -> set[str]:
     return {f"{o['kind']} {o['metadata']['name']}" for o in cluster.objects}
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def time(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
-def poll_with(clock: Clock) -> removal.Poll:
+def poll_with(clock: FakeClock) -> removal.Poll:
     def poll(check: Callable[[], list[str]], timeout: float) -> tuple[list[str], list[str], str]:
         return kube.poll(check, timeout, 1.0, clock.time, clock.sleep)
 
@@ -146,8 +137,8 @@ PLAN = removal.Plan(
 
 
 def _remove(cluster: FakeCluster, plan: removal.Plan = PLAN, dry: bool = False,
-            release: bool = True) -> tuple[removal.Outcome, Clock]:  # fmt: skip
-    clock = Clock()
+            release: bool = True) -> tuple[removal.Outcome, FakeClock]:  # fmt: skip
+    clock = FakeClock()
 
     def uninstall() -> bool:
         cluster.log.append("helm uninstall")

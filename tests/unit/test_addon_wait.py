@@ -5,7 +5,6 @@ out; an API error is retried until the deadline; reads only what is still pendin
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,6 +12,8 @@ from ansible_collections.decice.hybrid.plugins.module_utils import cluster as ku
 from ansible_collections.decice.hybrid.plugins.module_utils import readiness, receipts
 from ansible_collections.decice.hybrid.plugins.modules import addon_wait
 from kubernetes.dynamic.exceptions import DynamicApiError
+
+from tests.support import FakeClock
 
 pytestmark = pytest.mark.unit
 
@@ -110,22 +111,6 @@ class _ApiException(Exception):
         self.status, self.reason, self.body, self.headers = status, reason, None, {}
 
 
-class Clock:
-    """A fake clock: sleep moves it, and runs a hook (the cluster changing meanwhile)."""
-
-    def __init__(self, on_sleep: Callable[[int], None] | None = None) -> None:
-        self.now, self.sleeps, self.on_sleep = 0.0, 0, on_sleep
-
-    def time(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-        self.sleeps += 1
-        if self.on_sleep:
-            self.on_sleep(self.sleeps)
-
-
 class FakeModule:
     def __init__(self, **params: Any) -> None:
         self.params = {
@@ -139,7 +124,7 @@ class FakeModule:
         raise SystemExit(1)
 
 
-def _ready(reader: FakeReader, clock: Clock, **params: Any) -> tuple[Obj, FakeModule]:
+def _ready(reader: FakeReader, clock: FakeClock, **params: Any) -> tuple[Obj, FakeModule]:
     module = FakeModule(name="volcano", namespace=NS, **params)
     out: Obj = {"crds": []}
     check = addon_wait._ready_checks(reader, module.params, out)  # type: ignore[arg-type]
@@ -156,7 +141,7 @@ def test_a_ready_add_on_costs_one_read_per_kind_and_no_wait() -> None:
         webhook("someone-elses", "svc", namespace="elsewhere"),
         endpoints("volcano-admission-service", True),
     ])  # fmt: skip
-    clock = Clock()
+    clock = FakeClock()
     result, _ = _ready(reader, clock, crd_groups=["scheduling.volcano.sh"])
     assert (result["first"], result["left"], clock.sleeps) == ([], [], 0)
     kinds = sorted(kind for kind, _, _ in reader.reads)
@@ -191,7 +176,7 @@ def test_it_waits_for_each_kind_and_ends_when_the_last_is_ready() -> None:
             index, obj = fixes[n]
             objects[index] = obj
 
-    clock = Clock(change)
+    clock = FakeClock(on_sleep=change)
     result, _ = _ready(reader, clock, crd_groups=["batch.volcano.sh"], daemonsets=["lc"])
     assert result["left"] == [] and clock.sleeps == 4
     assert result["first"] == [
@@ -213,7 +198,7 @@ def test_it_waits_for_each_kind_and_ends_when_the_last_is_ready() -> None:
 
 def test_running_out_of_time_names_what_is_still_pending() -> None:
     reader = FakeReader([deployment("volcano-scheduler", False), deployment("ok", True)])
-    clock = Clock()
+    clock = FakeClock()
     result, _ = _ready(reader, clock, timeout=10, webhooks=False)
     assert result["left"] == [
         "Deployment volcano-system/volcano-scheduler not Available (MinimumReplicasUnavailable: "
@@ -226,7 +211,7 @@ def test_the_module_fails_naming_it_and_counts_as_no_change(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     reader = FakeReader([daemonset("edgemesh-agent", 0, 2), deployment("fine", True)])
-    clock = Clock()
+    clock = FakeClock()
     monkeypatch.setattr(addon_wait.time, "sleep", clock.sleep)
     monkeypatch.setattr(addon_wait.time, "monotonic", clock.time)
     module = FakeModule(name="edgemesh", namespace=NS, daemonsets=["edgemesh-agent"], timeout=5)
@@ -259,7 +244,7 @@ def test_a_missing_daemonset_and_a_stale_generation_are_not_ready() -> None:
 def test_api_errors_are_retried_until_the_deadline_and_named_if_last() -> None:
     reader = FakeReader([deployment("d", True)])
     reader.fail_next = 2
-    clock = Clock()
+    clock = FakeClock()
     check = addon_wait._gone_checks(reader, {"crds": None, "namespace_selector": ""})  # type: ignore[arg-type]
     first, left, error = kube.poll(check, 30, 1.0, clock.time, clock.sleep)
     assert (left, error, clock.sleeps) == ([], "", 2)
@@ -296,7 +281,7 @@ def test_gone_waits_for_named_crds_or_every_deletion_and_terminating_namespaces(
     def vanish(n: int) -> None:  # the CRD goes first, then the namespace
         objects.remove(crd_deleted if n == 1 else namespace)
 
-    clock = Clock(vanish)
+    clock = FakeClock(on_sleep=vanish)
     first, left, _ = kube.poll(every, 60, 1.0, clock.time, clock.sleep)
     assert (len(first), left, clock.sleeps) == (2, [], 2)
 

@@ -25,7 +25,7 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from tests.support import harmless_sysctl, load_file, require
+from tests.support import checkout_ansible_env, harmless_sysctl, load_file, require
 
 pytestmark = pytest.mark.lint
 
@@ -52,15 +52,12 @@ def _tool(name: str) -> str:
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_NOCOLOR="1",
+    env = checkout_ansible_env(
         ANSIBLE_FORCE_COLOR="0",
         # one JSON line per result: messages are not re-wrapped, so substrings can be asserted
         ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     )
+    env["PATH"] = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
     return env
 
 

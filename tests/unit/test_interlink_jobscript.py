@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from decice.interlink.api import PodRef, parse_create
+from decice.interlink.api import PodRef
 from decice.interlink.jobscript import (
     Defaults,
     Launch,
@@ -30,7 +30,7 @@ from decice.interlink.slurm import (
     sacct,
 )
 from decice.interlink.status import JobView, container_status
-from tests.support import wait_for
+from tests.support import interlink_request, wait_for
 
 pytestmark = pytest.mark.unit
 
@@ -40,9 +40,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "cli" / "decice" / "interlink"
 
 
 def spec_of(containers: list, init: list | None = None, ann: dict | None = None, **kw):
-    meta = {"name": "p", "namespace": "ns", "uid": UID, "annotations": ann or {}}
     spec = {"containers": containers, "initContainers": init or [], **kw}
-    return parse_pod(parse_create({"pod": {"metadata": meta, "spec": spec}}))
+    return parse_pod(interlink_request(UID, spec, ann))
 
 
 def cont(name: str, script: str, cpu: str = "1", **extra) -> dict:

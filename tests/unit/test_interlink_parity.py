@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from decice.interlink.api import PodRef, parse_create
+from decice.interlink.api import PodRef
 from decice.interlink.errors import Unrunnable
 from decice.interlink.jobscript import (
     Defaults,
@@ -22,6 +22,7 @@ from decice.interlink.jobscript import (
     write_job_dir,
 )
 from decice.interlink.podspec import parse_pod
+from tests.support import interlink_request
 
 pytestmark = pytest.mark.unit
 
@@ -30,9 +31,7 @@ REF = PodRef("p", "ns", UID)
 
 
 def spec_of(containers: list, ann: dict | None = None, delivered: list | None = None, **kw):
-    meta = {"name": "p", "namespace": "ns", "uid": UID, "annotations": ann or {}}
-    body = {"pod": {"metadata": meta, "spec": {"containers": containers, **kw}}}
-    return parse_pod(parse_create({**body, "container": delivered or []}))
+    return parse_pod(interlink_request(UID, {"containers": containers, **kw}, ann, delivered or []))
 
 
 def cont(script: str = "true", **extra) -> dict:

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from decice.interlink.api import parse_create
 from decice.interlink.errors import Unrunnable
 from decice.interlink.podspec import Size, SizeDefaults, parse_flags, parse_pod
 from decice_kube import quantity
+from tests.support import interlink_request
 
 pytestmark = pytest.mark.unit
 
@@ -18,8 +18,7 @@ UID = "0f6a3c1e-6f5b-4a51-9a53-2d1b9d2f0c11"
 
 
 def request(spec: dict, annotations: dict | None = None, containers: list | None = None) -> Any:
-    meta = {"name": "p", "namespace": "ns", "uid": UID, "annotations": annotations or {}}
-    return parse_create({"pod": {"metadata": meta, "spec": spec}, "container": containers})
+    return interlink_request(UID, spec, annotations, containers)
 
 
 def c(name: str = "main", resources: dict | None = None, **extra: Any) -> dict:

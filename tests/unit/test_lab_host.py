@@ -8,8 +8,9 @@ import pytest
 
 from decice.lab.errors import LabError
 from decice.lab.host import parse_deb822_mirror, parse_legacy_mirror
-from decice.lab.model import LabInfo, LabNode, load, save
+from decice.lab.model import LabNode, load, save
 from decice.lab.network import controller_ip, node_ip, pick_subnet
+from tests.support import lab_info
 
 pytestmark = pytest.mark.unit
 
@@ -64,16 +65,8 @@ def test_ip_layout():
 
 
 def test_model_roundtrip(tmp_path):
-    info = LabInfo(
-        name="x",
-        nodes=[LabNode("node1", "10.0.0.11", "x-node1")],
-        network="x-net",
-        subnet="10.0.0.0/24",
-        image="img",
-        state_dir=str(tmp_path),
-        inventory="i",
-        ssh_config="s",
-        ssh_key="k",
+    info = lab_info(
+        tmp_path,
         controller=LabNode("slurmctl", "10.0.0.10", "x-slurmctl"),
         slurm_env={"SLURM_CONF": "/c"},
         munged_pid=42,

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from decice.lab import users
+from tests.support import lab_info
 
 pytestmark = pytest.mark.unit
 
@@ -40,22 +41,11 @@ def test_shared_dir_is_owned_by_the_lab_user(tmp_path: Path):
 
 def test_a_lab_recorded_without_user_and_shared_dir_is_not_healthy(tmp_path: Path):
     from decice.lab.lab import _healthy
-    from decice.lab.model import LabInfo, LabNode
+    from decice.lab.model import LabInfo
 
     known = tmp_path / "known_hosts"
     known.write_text("")
-    info = LabInfo(
-        name="x",
-        nodes=[LabNode("node1", "10.0.0.11", "x-node1", state="running")],
-        network="x-net",
-        subnet="10.0.0.0/24",
-        image="img",
-        state_dir=str(tmp_path),
-        inventory="i",
-        ssh_config="s",
-        ssh_key="k",
-        known_hosts=str(known),
-    )
+    info = lab_info(tmp_path, node_state="running", known_hosts=str(known))
     assert not _healthy(info)  # made before labs had user decice and /shared: recreated
     shared = tmp_path / "shared"
     shared.mkdir()

@@ -35,18 +35,11 @@ from decice_scheduler.gang.podgroup import (
 from decice_scheduler.metrics import Metrics
 from decice_scheduler.profile import Profile
 from decice_scheduler.queue import SchedulingQueue
+from tests.support import FakeClock
 
 pytestmark = pytest.mark.unit
 
 OURS = "decice-scheduler"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Binds:
@@ -94,7 +87,7 @@ def member(
 
 class Harness:
     def __init__(self, nodes: int, cpu: str = "1") -> None:
-        self.clock = Clock()
+        self.clock = FakeClock(1000.0)
         self.state = ClusterState()
         self.queue = SchedulingQueue(clock=self.clock, max_backoff=1.0)
         self.binds = Binds()
@@ -490,7 +483,7 @@ def test_podgroup_watch_lists_then_follows_the_watch() -> None:
 
 
 def test_queue_claim_and_prioritise() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     q = SchedulingQueue(clock=clock)
     for name in ("a", "b", "c"):
         q.upsert(name, make_pod(name, scheduler=OURS))

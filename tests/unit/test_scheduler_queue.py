@@ -14,18 +14,11 @@ from decice_scheduler.cache.state import ClusterState
 from decice_scheduler.cache.sync import Sync
 from decice_scheduler.metrics import Metrics
 from decice_scheduler.queue import SchedulingQueue, wants_scheduling
+from tests.support import FakeClock
 
 pytestmark = pytest.mark.unit
 
 OURS = "decice-scheduler"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def run(coro):  # type: ignore[no-untyped-def]
@@ -41,7 +34,7 @@ def test_wants_scheduling_only_our_unbound_live_pods() -> None:
 
 
 def test_fifo_then_backoff_doubles_and_caps() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     q = SchedulingQueue(initial_backoff=1.0, max_backoff=4.0, clock=clock)
 
     async def go() -> None:
@@ -61,7 +54,7 @@ def test_fifo_then_backoff_doubles_and_caps() -> None:
 
 
 def test_unschedulable_waits_for_a_cluster_event() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     q = SchedulingQueue(initial_backoff=1.0, flush_after=30.0, clock=clock)
 
     async def go() -> None:
@@ -82,7 +75,7 @@ def test_unschedulable_waits_for_a_cluster_event() -> None:
 def test_an_event_during_the_cycle_is_not_missed() -> None:
     """The churn test's stuck pods: a node was uncordoned (or a pod deleted) while the
     pod's cycle ran on an older snapshot; parking it then waited for the 30 s flush."""
-    clock = Clock()
+    clock = FakeClock(100.0)
     q = SchedulingQueue(initial_backoff=1.0, flush_after=30.0, clock=clock)
 
     async def go() -> None:
@@ -117,7 +110,7 @@ def test_removed_pod_is_never_popped() -> None:
 
 
 def test_token_bucket_burst_then_rate() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     bucket = TokenBucket(qps=2.0, burst=3, clock=clock)
     assert [bucket.try_acquire() for _ in range(4)] == [True, True, True, False]
     clock.now += 0.5
