@@ -323,7 +323,7 @@ def _split(section: str, entry: str) -> tuple[str, str]:
     sep = KEYED.get(section)
     if sep is None:
         return entry, ""
-    key, _, state = entry.partition(sep)
+    key, _sep, state = entry.partition(sep)
     return key, state
 
 
@@ -486,7 +486,7 @@ def iptables_cleanup(save_text: str | None, chains: Iterable[str]) -> str:
     """
     wanted: dict[str, set[str]] = {}
     for entry in chains or []:
-        table, _, chain = str(entry).partition(" ")
+        table, _sep, chain = str(entry).partition(" ")
         wanted.setdefault(table, set()).add(chain)
     declared: dict[str, set[str]] = {}
     rules: dict[str, list[str]] = {}

@@ -4,19 +4,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-from typing import Any
-
-from ansible.errors import AnsibleParserError
-from ansible.plugins.inventory import BaseInventoryPlugin
-from ansible.utils.unsafe_proxy import wrap_var
-
 DOCUMENTATION = r"""
 name: allocation
 short_description: Hosts of a SLURM or PBS job (or a static list) with Kubespray and decice groups
 version_added: 0.1.0
-author: decice maintainers
+author: decice maintainers (!UNKNOWN)
 description:
   - Turns the allocation this process runs in into an inventory, so that
     C(ansible-playbook -i allocation.yml playbooks/up.yml) works inside a job
@@ -102,6 +94,14 @@ ssh_config: ~/.ssh/cluster_config
 #     - login01
 #   hpc_endpoints: [login01]
 """
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleParserError
+from ansible.plugins.inventory import BaseInventoryPlugin
+from ansible.utils.unsafe_proxy import wrap_var
 
 _FIELDS = ("control_plane", "edge", "hpc_endpoints", "jump_host", "ssh_config", "hosts_file")
 

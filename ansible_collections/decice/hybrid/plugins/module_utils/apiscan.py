@@ -501,7 +501,7 @@ def compare(
             not_compared.add(f"{reason} in the later snapshot")
         elif key not in now:
             removed.append(_brief(obj))
-    context = _Context(after, {obj["uid"] for obj, _ in new})
+    context = _Context(after, {obj["uid"] for obj, _recreated in new})
     rules = [*ignore, *BUILTIN_IGNORE]
     leftovers, ignored = [], []
     for obj, recreated in new:
@@ -590,7 +590,7 @@ def _being_deleted(obj: Obj, context: _Context) -> str:
             why += f"; still holds {_names(held)}"
         return why
     if obj["kind"] == "CustomResourceDefinition" and CRD_CLEANUP in finalizers:
-        plural, _, group = obj["name"].partition(".")
+        plural, _dot, group = obj["name"].partition(".")
         kinds = context.kinds_of(group, plural)
         left = [
             o

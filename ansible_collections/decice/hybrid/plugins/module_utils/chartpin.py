@@ -47,7 +47,12 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
+try:
+    import yaml
+except ImportError:  # a module using this reports it (missing_required_lib("PyYAML"))
+    HAS_YAML = False
+else:
+    HAS_YAML = True
 
 VERSION = 1
 MAX_FILES = 20_000
@@ -265,7 +270,7 @@ def _chart_files(
     subcharts: dict[str, dict[str, bytes]] = {}
     for path, data in files.items():
         if path.startswith("charts/") and not path.endswith(".prov"):
-            cname, _, rest = path[len("charts/") :].partition("/")
+            cname, _slash, rest = path[len("charts/") :].partition("/")
             subcharts.setdefault(cname, {})[rest] = data
         elif path == "Chart.yaml":
             out[path] = canonical_chart_yaml(data, f"{source}: Chart.yaml")

@@ -49,7 +49,6 @@ class Cluster(Protocol):
         self, api_version: str, kind: str, namespace: str | None = None, label_selector: str = ""
     ) -> list[Obj]:
         """The objects of ``kind`` (all namespaces when ``namespace`` is None)."""
-        ...
 
 
 class Memo:

@@ -48,13 +48,11 @@ class Cluster(Protocol):
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
         """Send a delete; False when the object is not there."""
-        ...
 
     def strip_finalizers(
         self, api_version: str, kind: str, name: str, namespace: str | None = None
     ) -> bool:
         """Merge-patch ``metadata.finalizers: []``; False when the object is not there."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -139,7 +137,7 @@ class Removal:
     def _wait(self, check: Callable[[], list[str]], timeout: float) -> list[str]:
         if self.dry:
             return []
-        _, left, error = self.poll(check, timeout)
+        _first, left, error = self.poll(check, timeout)
         if error:
             left = [*left, f"reading the cluster: {error}"]
         return left

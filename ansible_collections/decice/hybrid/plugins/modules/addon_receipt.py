@@ -3,25 +3,12 @@
 
 from __future__ import annotations
 
-import copy
-import time
-from pathlib import Path
-from typing import Any
-
-from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
-from ansible_collections.decice.hybrid.plugins.module_utils import receipts
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
-
-DynamicApiError = kube.DynamicApiError
-
 DOCUMENTATION = r"""
 module: addon_receipt
 short_description: Tell which add-ons are installed exactly as this run wants them
 version_added: 0.1.0
 author:
-  - decice maintainers
+  - decice maintainers (!UNKNOWN)
 description:
   - An add-on's receipt (C(<state_dir>/addons/receipts/<name>.json), mode 0600) is written
     when its role has finished. It holds the sha256 of the run's inputs and what the
@@ -41,6 +28,9 @@ description:
     for O(state=check) (the play's decice and add-on variables and the code's sha256).
 options:
   state:
+    description:
+      - C(check) returns the add-ons whose receipt holds, C(present) writes receipts,
+        C(absent) removes them (see above).
     type: str
     choices: [check, present, absent]
     default: check
@@ -107,6 +97,19 @@ written:
   elements: str
 """
 
+import copy
+import time
+from pathlib import Path
+from typing import Any
+
+from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
+from ansible_collections.decice.hybrid.plugins.module_utils import receipts
+from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
+
+DynamicApiError = kube.DynamicApiError
+
 
 def _argument_spec() -> dict[str, Any]:
     spec = copy.deepcopy(AUTH_ARG_SPEC)
@@ -169,7 +172,7 @@ def run(module: Any) -> dict[str, Any]:
     found = {name: (path, receipts.read(path)) for name in params["names"]
              for path in [_path(module, name)]}  # fmt: skip
     cluster: receipts.Memo | None = None
-    if any(receipt is not None for _, receipt in found.values()):
+    if any(receipt is not None for _file, receipt in found.values()):
         try:
             cluster = _client(module)
         except _Unreachable as exc:  # the whole install path will say what is wrong

@@ -4,20 +4,12 @@ process."""
 
 from __future__ import annotations
 
-import copy
-import subprocess
-from typing import Any
-
-from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
-from ansible_collections.decice.hybrid.plugins.module_utils import removal
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
-
 DOCUMENTATION = r"""
 module: addon_remove
 short_description: Remove one add-on - custom resources, release, webhooks, CRDs, namespace
 version_added: 0.1.0
 author:
-  - decice maintainers
+  - decice maintainers (!UNKNOWN)
 description:
   - Removes an add-on in the order that leaves nothing stuck, in one process with one
     Kubernetes client (module_utils/removal.py) - the custom resources of its CRDs while
@@ -128,6 +120,14 @@ seconds:
   returned: always
   type: dict
 """
+
+import copy
+import subprocess
+from typing import Any
+
+from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
+from ansible_collections.decice.hybrid.plugins.module_utils import removal
+from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 
 NOT_FOUND = "not found"
 

@@ -4,20 +4,12 @@ or what its removal deleted is gone."""
 
 from __future__ import annotations
 
-import copy
-import time
-from typing import Any
-
-from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
-from ansible_collections.decice.hybrid.plugins.module_utils import readiness
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
-
 DOCUMENTATION = r"""
 module: addon_wait
 short_description: Wait until an add-on is ready, or until what its removal deleted is gone
 version_added: 0.1.0
 author:
-  - decice maintainers
+  - decice maintainers (!UNKNOWN)
 description:
   - One process per wait, with one Kubernetes client, where a task per object and kind
     would start a Python and import the client each time.
@@ -37,6 +29,9 @@ description:
   - Reads only; never reports a change.
 options:
   state:
+    description:
+      - C(ready) waits for the add-on's objects to be ready, C(gone) for what its removal
+        deleted to be gone (see above).
     type: str
     choices: [ready, gone]
     default: ready
@@ -125,6 +120,14 @@ seconds:
   returned: always
   type: float
 """
+
+import copy
+import time
+from typing import Any
+
+from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
+from ansible_collections.decice.hybrid.plugins.module_utils import readiness
+from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 
 CRD_API = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
 WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")

@@ -3,27 +3,12 @@
 
 from __future__ import annotations
 
-import copy
-import json
-from collections.abc import Mapping
-from typing import Any
-
-from ansible_collections.decice.hybrid.plugins.module_utils import apiscan
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
-
-try:
-    from kubernetes.dynamic.exceptions import DynamicApiError
-except ImportError:  # AnsibleK8SModule reports the missing kubernetes library
-    DynamicApiError = Exception  # type: ignore[assignment,misc]
-
 DOCUMENTATION = r"""
 module: api_snapshot
 short_description: Snapshot a cluster's API objects and find what a run left behind
 version_added: 0.1.0
 author:
-  - decice maintainers
+  - decice maintainers (!UNKNOWN)
 description:
   - Lists every object of every listable resource type the API server offers (each API
     group's preferred version; resources with the C(list) verb; subresources left out), that
@@ -203,6 +188,24 @@ report:
   returned: when O(compare_to) is given
   type: str
 """
+
+import copy
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ansible_collections.decice.hybrid.plugins.module_utils import apiscan
+from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
+
+try:
+    from kubernetes.dynamic.exceptions import DynamicApiError
+except ImportError:  # AnsibleK8SModule reports the missing kubernetes library
+
+    class DynamicApiError(Exception):  # type: ignore[no-redef]
+        """Stands in for the missing library's error (never raised)."""
+
 
 REQUEST_TIMEOUT = 60
 

@@ -5,20 +5,12 @@
 
 from __future__ import annotations
 
-import hashlib
-import shutil
-import tempfile
-from pathlib import Path
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.decice.hybrid.plugins.module_utils import chartpin
-
 DOCUMENTATION = r"""
 module: chart_content
 short_description: Verify a Helm chart against its sha256 or its content pin, whatever its packaging
 version_added: 0.1.0
 author:
-  - decice maintainers
+  - decice maintainers (!UNKNOWN)
 description:
   - Read-only. Computes the file's sha256 and the chart's content pin (the digest of what helm
     loads from it - files and canonical C(Chart.yaml), subcharts expanded; the definition is in
@@ -97,6 +89,14 @@ files:
   type: int
 """
 
+import hashlib
+import shutil
+import tempfile
+from pathlib import Path
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.decice.hybrid.plugins.module_utils import chartpin
+
 
 def _packaged(module: AnsibleModule, directory: str, label: str) -> bytes:
     """``helm package`` of a checked chart directory: the package's bytes."""
@@ -159,6 +159,8 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
+    if not chartpin.HAS_YAML:
+        module.fail_json(msg=missing_required_lib("PyYAML"))
     path = module.params["path"]
     pin_file = module.params["sha256"].strip().lower()
     pin_content = module.params["content_sha256"].strip().lower()

@@ -3,27 +3,12 @@
 
 from __future__ import annotations
 
-import base64
-import copy
-import json
-from collections.abc import Mapping
-from typing import Any
-
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
-
-try:
-    from kubernetes.dynamic.exceptions import DynamicApiError
-except ImportError:  # AnsibleK8SModule reports the missing kubernetes library
-    DynamicApiError = Exception  # type: ignore[assignment,misc]
-
 DOCUMENTATION = r"""
 module: csr_approve
 short_description: Approve the pending serving-certificate requests of one requester
 version_added: 0.1.0
 author:
-  - decice maintainers
+  - decice maintainers (!UNKNOWN)
 description:
   - Approves each pending CertificateSigningRequest (certificates.k8s.io/v1) whose
     C(spec.username) is O(username), whose signer is O(signer_name), whose subject is
@@ -97,6 +82,24 @@ refused:
   type: list
   elements: dict
 """
+
+import base64
+import copy
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
+
+try:
+    from kubernetes.dynamic.exceptions import DynamicApiError
+except ImportError:  # AnsibleK8SModule reports the missing kubernetes library
+
+    class DynamicApiError(Exception):  # type: ignore[no-redef]
+        """Stands in for the missing library's error (never raised)."""
+
 
 PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
 REQUEST_TIMEOUT = 30

@@ -5,20 +5,12 @@
 
 from __future__ import annotations
 
-import os
-import re
-import stat
-from pathlib import Path
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.service import is_systemd_managed
-
 DOCUMENTATION = r"""
 module: host_observe
 short_description: Read the files, command outputs, sysctls and path types a host snapshot needs
 version_added: 0.1.0
 author:
-  - decice maintainers
+  - decice maintainers (!UNKNOWN)
 description:
   - Read-only. Gathers in one module run what C(roles/baseline/tasks/snapshot.yml) turns into a
     clean-slate snapshot (filter C(decice.hybrid.host_snapshot)), so that a snapshot costs one
@@ -105,6 +97,14 @@ services:
   returned: when I(services=true)
 """
 
+import os
+import re
+import stat
+from pathlib import Path
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.service import is_systemd_managed
+
 _SYSV = re.compile(r"^\s*\[ (?P<state>\+|\-) \]\s+(?P<name>.+)$", flags=re.M)
 _BAD_STATES = ("not-found", "masked", "failed")
 _SHOW_BATCH = 200  # units per `systemctl show` call
@@ -173,7 +173,7 @@ def _packages(module: AnsibleModule) -> dict[str, list[dict[str, str]]]:
         ],
     )
     if rc == 0:
-        _, native = _run(module, ["dpkg", "--print-architecture"])
+        _rc, native = _run(module, ["dpkg", "--print-architecture"])
         native = native.strip()
         for line in text.splitlines():
             fields = line.split("\t")

@@ -5,19 +5,12 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
-
-from ansible.module_utils.basic import AnsibleModule
-
 DOCUMENTATION = r"""
 module: host_restore
 short_description: Remove what a cluster left on a host, in one module run
 version_added: 0.1.0
 author:
-  - decice maintainers
+  - decice maintainers (!UNKNOWN)
 description:
   - Removes the leftovers C(roles/restore/tasks/leftovers.yml) worked out (filter
     C(decice.hybrid.snapshot_leftovers)) in one module run per step, instead of one run per
@@ -109,6 +102,13 @@ errors:
   type: list
 """
 
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
 KINDS = ("units", "mounts", "interfaces", "paths", "sysctls", "modules", "users", "groups")
 # `systemctl stop` of a unit that is not loaded, `userdel`/`groupdel` of a name that is gone
 UNIT_NOT_LOADED = 5
@@ -160,26 +160,26 @@ class Restorer:
 
     def units(self, names: list[str]) -> None:
         for name in names:
-            rc, _, err = self.run(["systemctl", "stop", "--", name])
+            rc, _out, err = self.run(["systemctl", "stop", "--", name])
             if rc not in (0, UNIT_NOT_LOADED):
                 self.fail(f"stop unit {name}", rc, err)
                 continue
-            rc, _, err = self.run(["systemctl", "disable", "--", name])
+            rc, _out, err = self.run(["systemctl", "disable", "--", name])
             if rc != 0 and "does not exist" not in err:  # transient: no unit file to disable
                 self.fail(f"disable unit {name}", rc, err)
                 continue
             self.removed["units"].append(name)
         files = [str(UNIT_DIR / (n + suffix)) for n in names for suffix in ("", ".d")]
-        rc, _, err = self.run(["rm", "-rf", "--", *files])
+        rc, _out, err = self.run(["rm", "-rf", "--", *files])
         if rc != 0:
             self.fail("remove unit files " + " ".join(files), rc, err)
-        rc, _, err = self.run(["systemctl", "daemon-reload"])
+        rc, _out, err = self.run(["systemctl", "daemon-reload"])
         if rc != 0:
             self.fail("systemctl daemon-reload", rc, err)
 
     def mounts(self, paths: list[str]) -> None:
         for path in paths:
-            rc, _, err = self.run(["umount", "--", path])
+            rc, _out, err = self.run(["umount", "--", path])
             if rc != 0 and self._mounted(path):
                 self.fail(f"unmount {path}", rc, err)
             else:
@@ -193,7 +193,7 @@ class Restorer:
 
     def interfaces(self, names: list[str]) -> None:
         script = "".join(f"link delete {name}\n" for name in names)
-        _, _, err = self.run(["ip", "-force", "-batch", "-"], data=script)
+        _rc, _out, err = self.run(["ip", "-force", "-batch", "-"], data=script)
         # ip names each failed line ("Command failed -:N") after its messages
         failed: dict[int, list[str]] = {}
         pending: list[str] = []
@@ -213,7 +213,7 @@ class Restorer:
         self.removed["interfaces"] = [n for i, n in enumerate(names) if i not in stuck]
 
     def paths(self, paths: list[str]) -> None:
-        rc, _, err = self.run(["rm", "-rf", "--", *paths])
+        rc, _out, err = self.run(["rm", "-rf", "--", *paths])
         if rc != 0:
             self.fail("remove " + " ".join(paths), rc, err)
         else:
@@ -221,7 +221,7 @@ class Restorer:
 
     def sysctls(self, values: dict[str, str]) -> None:
         settings = [f"{key}={value}" for key, value in values.items()]
-        rc, _, err = self.run(["sysctl", "-w", *settings])
+        rc, _out, err = self.run(["sysctl", "-w", *settings])
         if rc != 0:
             self.fail("sysctl -w " + " ".join(settings), rc, err)
         else:
@@ -229,7 +229,7 @@ class Restorer:
 
     def modules(self, names: list[str]) -> None:
         for name in names:
-            rc, _, _ = self.run(["modprobe", "-r", "--", name])
+            rc, _out, _err = self.run(["modprobe", "-r", "--", name])
             # gone anyway: unloaded with a module listed before it that used it
             if rc == 0 or not self._loaded(name):
                 self.removed["modules"].append(name)
@@ -243,7 +243,7 @@ class Restorer:
     def accounts(self, kind: str, names: list[str]) -> None:
         program = "userdel" if kind == "users" else "groupdel"
         for name in names:
-            rc, _, err = self.run([program, name])
+            rc, _out, err = self.run([program, name])
             if rc in (0, ACCOUNT_GONE):
                 self.removed[kind].append(name)
             else:

@@ -8,7 +8,7 @@ module: kubespray
 short_description: Deploy or reset Kubernetes with the pinned Kubespray, as the decice CLI does
 version_added: 0.1.0
 author:
-  - decice maintainers
+  - decice maintainers (!UNKNOWN)
 description:
   - Runs Kubespray's C(cluster.yml) (O(state=present)) or C(reset.yml) (O(state=absent)) for
     the hosts of the play's inventory, through decice's own Kubespray code - the code the
@@ -140,14 +140,3 @@ run_dir:
   returned: when Kubespray ran
   type: str
 """
-
-if __name__ == "__main__":
-    import json
-    import sys
-
-    print(
-        json.dumps(
-            {"failed": True, "msg": "decice.hybrid.kubespray is an action plugin (controller)"}
-        )
-    )
-    sys.exit(1)

@@ -3,29 +3,12 @@
 
 from __future__ import annotations
 
-import copy
-import json
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
-
-from ansible_collections.decice.hybrid.plugins.module_utils import manifests
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
-
-try:
-    import yaml
-    from kubernetes.dynamic.exceptions import DynamicApiError, ResourceNotFoundError
-except ImportError:  # AnsibleK8SModule reports the missing kubernetes library
-    DynamicApiError = ResourceNotFoundError = Exception  # type: ignore[assignment,misc]
-
 DOCUMENTATION = r"""
 module: manifest_apply
 short_description: Apply a rendered set of manifests, or remove it, as one unit
 version_added: 0.1.0
 author:
-  - decice maintainers
+  - decice maintainers (!UNKNOWN)
 description:
   - With O(state=present), server-side applies every document of O(src) (field manager
     O(field_manager), conflicts forced) in document order, each stamped with the sha256 of
@@ -53,10 +36,14 @@ options:
     type: list
     elements: dict
   state:
+    description:
+      - C(present) applies the set, C(absent) removes it (see above).
     type: str
     choices: [present, absent]
     default: present
   field_manager:
+    description:
+      - The field manager of the server-side apply.
     type: str
     default: decice
   fail_on_refused:
@@ -137,6 +124,23 @@ remaining:
   type: list
   elements: dict
 """
+
+import copy
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ansible_collections.decice.hybrid.plugins.module_utils import manifests
+from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
+
+try:
+    import yaml
+    from kubernetes.dynamic.exceptions import DynamicApiError, ResourceNotFoundError
+except ImportError:  # AnsibleK8SModule reports the missing kubernetes library
+    DynamicApiError = ResourceNotFoundError = Exception  # type: ignore[assignment,misc]
 
 REQUEST_TIMEOUT = 60
 

@@ -133,7 +133,7 @@ def inspect(root: str, node: str, data_dir: str, *, prepare: bool = False) -> No
 def start(pidfile: str, log: str, argv: list[str]) -> None:
     pid = os.fork()
     if pid:
-        for _ in range(100):  # the child writes the pidfile before it execs
+        for _try in range(100):  # the child writes the pidfile before it execs
             if os.path.exists(pidfile):
                 break
             time.sleep(0.05)
@@ -160,7 +160,7 @@ def stop(pidfile: str, marker: str) -> None:
     pid = _running(pidfile, marker)
     if pid:
         os.kill(pid, signal.SIGTERM)
-        for _ in range(150):
+        for _try in range(150):
             if marker not in _cmdline(pid):
                 break
             time.sleep(0.1)
