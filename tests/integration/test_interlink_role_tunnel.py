@@ -1,7 +1,8 @@
 """The interlink role's real-cluster mode on a login host: the plugin behind its tunnel.
 
 The role's own tasks, as `up` runs them after the chart (``bastions.yml``, the bundle,
-``endpoint_install.yml``; then ``endpoint_uninstall.yml``), with ``interlink_cluster``
+``endpoint.yml`` handing each endpoint to ``decice.hybrid.interlink_endpoint``; then the
+same with its ``uninstall.yml``), with ``interlink_cluster``
 on, against the session's SLURM lab: login host node1 as the lab user, and lab node2's
 sshd standing in for the release's ssh bastion (the chart's image cannot run here), with
 the tunnel key authorized the way the chart's values authorize it. What the chart side
@@ -36,12 +37,15 @@ OPTIONS = tunnel_key_options()
 KEY_ARG = "IdentityFile=[/]home/decice/.local/share/decice-interlink/hpc-t/tunnel_key"
 
 
-def _include(step: str, loop: bool = False) -> dict[str, Any]:
+def _include(step: str, endpoint_step: str = "") -> dict[str, Any]:
+    """The interlink role's ``step``; with ``endpoint_step``, its ``endpoint.yml`` per endpoint
+    running that entry point of the endpoint role."""
     task: dict[str, Any] = {
-        "name": step,
+        "name": endpoint_step or step,
         "ansible.builtin.include_role": {"name": "decice.hybrid.interlink", "tasks_from": step},
     }
-    if loop:
+    if endpoint_step:
+        task["vars"] = {"interlink__endpoint_step": endpoint_step}
         task["loop"] = "{{ decice_spec.addons.interlink.endpoints }}"
         task["loop_control"] = {"loop_var": "interlink__ep"}
     return task
@@ -65,14 +69,14 @@ INSTALL = [
             "bundle_controller_python": "{{ ansible_playbook_python }}",
         },
     },
-    _include("endpoint_install.yml", loop=True),
+    _include("endpoint.yml", "main.yml"),
     {
         "name": "drop scratch",
         "ansible.builtin.file": {"path": "{{ scratch.path }}", "state": "absent"},
         "changed_when": False,
     },
 ]
-UNINSTALL = [_include("endpoint_uninstall.yml", loop=True), _include("verify.yml")]
+UNINSTALL = [_include("endpoint.yml", "uninstall.yml"), _include("verify.yml")]
 
 
 @pytest.fixture(scope="module")

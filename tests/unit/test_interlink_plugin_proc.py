@@ -1,4 +1,4 @@
-"""The interlink role's helper on the login host (roles/interlink/files/plugin_proc.py), run
+"""The interlink_endpoint role's helper on the login host (roles/interlink_endpoint/files/plugin_proc.py), run
 as the role runs it (`python3 -c <its text> COMMAND ...`): inspect/prepare, start, stop and
 leftovers, against a temporary HOME."""
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.unit
 
 PROC = (
     Path(__file__).resolve().parents[2]
-    / "ansible_collections/decice/hybrid/roles/interlink/files/plugin_proc.py"
+    / "ansible_collections/decice/hybrid/roles/interlink_endpoint/files/plugin_proc.py"
 ).read_text()
 
 
