@@ -1,6 +1,6 @@
-"""The interlink_endpoint role's helper on the login host (roles/interlink_endpoint/files/plugin_proc.py), run
-as the role runs it (`python3 -c <its text> COMMAND ...`): inspect/prepare, start, stop and
-leftovers, against a temporary HOME."""
+"""The interlink_endpoint role's helper on the login host
+(roles/interlink_endpoint/files/plugin_proc.py), run as the role runs it (`python3 -c <its
+text> COMMAND ...`): inspect/prepare, start, stop and leftovers, against a temporary HOME."""
 
 from __future__ import annotations
 
