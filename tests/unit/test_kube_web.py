@@ -5,15 +5,19 @@ WebError with the status; the JSON service client speaks over a unix socket."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import gzip
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
 
+from decice.sim.controlplane.pki import self_signed
 from decice_kube import web
 from tests.support import served
 
@@ -112,6 +116,42 @@ def test_status_of_a_head(site: str) -> None:
     assert web.status_of(f"{site}/missing", timeout=5) == 404
     with pytest.raises(web.WebError):
         web.status_of(f"http://127.0.0.1:{_closed_port()}/file", timeout=5)
+
+
+def test_https_is_checked_against_the_machines_ca_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The context urllib used (ssl.create_default_context: SSL_CERT_FILE and the system
+    store), made once: a server signed by a CA named there is trusted, one that is not is
+    refused."""
+    key, cert = self_signed("web-test", dt.timedelta(days=1), ips=("127.0.0.1",))
+    (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "key.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Site)
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"https://127.0.0.1:{server.server_address[1]}/file"
+    try:
+        web._system_tls.cache_clear()
+        with pytest.raises(web.WebError, match="cannot download"):
+            _read(url)  # not in the store
+        monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "cert.pem"))
+        web._system_tls.cache_clear()
+        assert _read(url) == PAYLOAD
+        assert web.status_of(url, timeout=5) == 200
+        assert web._system_tls() is web._system_tls()  # made once
+    finally:
+        web._system_tls.cache_clear()
+        server.shutdown()
+        server.server_close()
 
 
 class _Plugin(BaseHTTPRequestHandler):

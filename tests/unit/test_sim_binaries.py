@@ -7,6 +7,7 @@ import io
 import tarfile
 import threading
 import time
+import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from decice.errors import InputError
 from decice.sim.binaries import resolve as b
 from decice.sim.binaries.aptsrc import derive_sources
 from decice.sim.binaries.build import RECIPE_BINARIES, BuildRecipe, _parse_version
-from decice.sim.binaries.download import Download, DownloadRefused
+from decice.sim.binaries.download import Download, DownloadRefused, fetch_binary
 from decice.sim.binaries.tools import BuildError, Tool, ensure_tools
 
 pytestmark = pytest.mark.unit
@@ -238,6 +239,24 @@ def test_download_member_of_tarball(tmp_path: Path) -> None:
     )
     got = b.resolve_binaries(downloads={"helm": spec}, names=["helm"])
     assert got.path("helm").read_bytes() == data
+
+
+def test_download_member_of_zip_and_a_missing_member(tmp_path: Path) -> None:
+    buf = io.BytesIO()
+    data = b"#!/bin/sh\necho v1.7.0\n"
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("bin/etcdctl", data)
+    archive = tmp_path / "etcd.zip"
+    archive.write_bytes(buf.getvalue())
+    digest = hashlib.sha256(buf.getvalue()).hexdigest()
+    spec = Download(archive.as_uri(), digest, "v1.7.0", member="bin/etcdctl")
+    got = b.resolve_binaries(downloads={"helm": spec}, names=["helm"])
+    assert got.path("helm").read_bytes() == data
+    assert got.path("helm").stat().st_mode & 0o755 == 0o755
+    wrong = Download(archive.as_uri(), digest, "v1.7.0", member="bin/nothing")
+    with pytest.raises(BuildError, match="has no member 'bin/nothing'"):
+        fetch_binary("helm", wrong, tmp_path / "out" / "helm")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == []  # nothing left
 
 
 def test_unknown_binary_name_is_rejected() -> None:

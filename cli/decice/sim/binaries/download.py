@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import io
 import re
+import shutil
 import tarfile
 import tempfile
 import zipfile
@@ -74,29 +74,31 @@ def fetch_binary(name: str, spec: Download, dest: Path, *, timeout: float = 60.0
             ) from None
         except mirror.MirrorError as exc:
             raise DownloadUnavailable(f"{name}: cannot download {spec.url}: {exc}") from exc
-        data = _extract(name, spec, fetched.read_bytes())
-        binary = Path(scratch) / name
-        binary.write_bytes(data)
+        binary = _extract(name, spec, fetched, Path(scratch) / name)
         binary.chmod(0o755)
         binary.replace(dest)
     return dest
 
 
-def _extract(name: str, spec: Download, payload: bytes) -> bytes:
+def _extract(name: str, spec: Download, fetched: Path, out: Path) -> Path:
+    """The binary: ``fetched`` itself, or ``spec.member`` of that archive copied to ``out``
+    (streamed: neither the archive nor the member is held in memory)."""
     if spec.member is None:
-        return payload
+        return fetched
     url = spec.url.lower()
     if url.endswith(".zip"):
-        with zipfile.ZipFile(io.BytesIO(payload)) as zf:
-            try:
-                return zf.read(spec.member)
-            except KeyError:
-                pass
+        with zipfile.ZipFile(fetched) as zf:
+            if spec.member in zf.namelist():
+                with zf.open(spec.member) as src, out.open("wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                return out
     elif url.endswith((".tar.gz", ".tgz", ".tar.xz", ".tar")):
-        with tarfile.open(fileobj=io.BytesIO(payload)) as tf:
+        with tarfile.open(fetched) as tf:
             member = tf.extractfile(spec.member) if spec.member in tf.getnames() else None
             if member is not None:
-                return member.read()
+                with member, out.open("wb") as dst:
+                    shutil.copyfileobj(member, dst)
+                return out
     else:
         raise InputError(f"{name}: cannot take member {spec.member!r} out of {spec.url}")
     raise BuildError(f"{name}: {spec.url} has no member {spec.member!r}")
