@@ -11,9 +11,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-ProcKey = tuple[int, int]  # (pid, start time in clock ticks)
+from decice import proctree
+from decice.proctree import ProcKey
 
 
 @dataclass(frozen=True)
@@ -30,26 +30,16 @@ class Sample:
 
 def read(pid: int) -> Sample | None:
     """One process as /proc shows it now; None when gone or a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
+    stat = proctree._stat(pid)  # (ppid, start time), as decice reads them
+    if stat is None:
         return None
-    fields = stat.rsplit(")", 1)[1].split()
-    if fields[0] in {"Z", "X"}:
-        return None
-    cmdline = raw.replace(b"\0", b" ").decode(errors="replace").strip()
-    return Sample(pid, int(fields[1]), int(fields[19]), cmdline)
+    cmdline = b" ".join(proctree.argv(pid)).decode(errors="replace").strip()
+    return Sample(pid, *stat, cmdline)
 
 
 def snapshot() -> dict[int, Sample]:
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            sample = read(int(entry.name))
-            if sample is not None:
-                out[sample.pid] = sample
-    return out
+    samples = (read(pid) for pid in proctree.pids())
+    return {sample.pid: sample for sample in samples if sample is not None}
 
 
 class ProcWatch:

@@ -14,6 +14,8 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -23,7 +25,9 @@ import pytest
 import yaml
 
 from decice import records
+from decice.errors import EXIT_BAD_INPUT
 from decice.interlink.api import CreateRequest, parse_create
+from decice.interlink.podspec import PodSpec, parse_pod
 from decice.lab.model import LabInfo, LabNode
 from decice_scheduler.cache.state import ClusterState
 
@@ -31,6 +35,8 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 DECICE = [sys.executable, "-m", "decice"]
+# the upstream mirror (add-on charts, images, Kubespray) beside the checkout
+MIRROR = REPO.parent / "shared" / "mirror"
 
 
 def load_file(path: Path, name: str, *, register: bool = False) -> ModuleType:
@@ -77,6 +83,21 @@ def wait_for(what: str, fn: Callable[[], Any], timeout: float = 30.0, every: flo
         time.sleep(every)
 
 
+def http_call(
+    url: str, method: str = "GET", token: str | None = None, timeout: float = 10.0
+) -> tuple[int, dict[str, str], bytes]:
+    """``method`` on ``url`` (with a bearer ``token``): the status, headers and body, an
+    error status's too; not reaching the server raises (URLError, OSError)."""
+    req = urllib.request.Request(url, method=method)
+    if token is not None:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
 class FakeClock:
     """A clock the test moves: calling it or ``time()`` gives ``now`` (seconds); ``sleep``
     moves ``now`` on, counts in ``sleeps`` and then runs ``on_sleep(sleeps)`` when given
@@ -103,6 +124,17 @@ def run_decice(
 ) -> subprocess.CompletedProcess[str]:
     """``decice ARGS`` in ``cwd`` (this interpreter), output captured, never raising."""
     return run_captured([*DECICE, *args], cwd=cwd, timeout=timeout, env=env)
+
+
+def assert_plan_refuses(path: Path, cwd: Path, line: int, message: str) -> None:
+    """``decice plan -f path`` in ``cwd`` exits 2 (bad input) naming ``path:line:`` and
+    ``message``, without a traceback, and touches nothing (no ``cwd/.decice``)."""
+    result = run_decice(cwd, "plan", "-f", str(path))
+    assert result.returncode == EXIT_BAD_INPUT, result.stderr
+    assert f"{path}:{line}:" in result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (cwd / ".decice").exists(), "bad input must touch nothing"
 
 
 def run_captured(
@@ -152,9 +184,7 @@ def run_playbook(inventory: str, name: str | Path, *args: str) -> subprocess.Com
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     playbook = str(name) if isinstance(name, Path) else f"playbooks/{name}.yml"
     argv = [str(BIN / "ansible-playbook"), "-i", inventory, playbook, *args]
-    return subprocess.run(
-        argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False
-    )
+    return run_captured(argv, cwd=REPO, env=env, timeout=900)
 
 
 def localhost_recap(stdout: str) -> dict[str, int]:
@@ -274,6 +304,41 @@ def local_spec(name: str, *extra_vars: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# local_spec vars whose prepare phase changes one sysctl (to be formatted with a harmless
+# ``sysctl`` and its ``value``) and files under ``work`` only, nothing kernel-wide; the
+# baseline tracks ``{work}/tracked``
+CONTAINED_PREPARE = (
+    "prepare_kernel_wide: false",
+    "prepare_swap_off: false",
+    "prepare_modules: []",
+    'prepare_sysctls: {{"{sysctl}": "{value}"}}',
+    "prepare_sysctl_file: {work}/90-decice.conf",
+    "prepare_modules_file: {work}/decice.conf",
+    "baseline_paths: [{work}/tracked]",
+)
+
+
+# a running pod's conditions (type: status), as a kubelet reports them
+RUNNING_POD_CONDITIONS = {
+    "Initialized": "True",
+    "Ready": "True",
+    "ContainersReady": "True",
+    "PodScheduled": "True",
+}
+
+
+# Kubespray's group_vars/all from decice for Kubernetes 1.32.10, no mirror and no registry
+# (decice.kubespray.render.group_vars): its HPC-safe reset and sysctl file
+KUBESPRAY_ALL_VARS = {
+    "kube_version": "1.32.10",
+    "container_manager": "containerd",
+    "flush_iptables": False,
+    "reset_restart_network": False,
+    "override_system_hostname": False,
+    "sysctl_file_path": "/etc/sysctl.d/99-kubespray.conf",
+}
+
+
 def pod_manifest(
     name: str, *, scheduler: str | None = None, resources: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -300,6 +365,21 @@ def interlink_request(
     if delivered is not None:
         body["container"] = list(delivered)
     return parse_create(body)
+
+
+def interlink_pod(
+    uid: str,
+    containers: list[dict[str, Any]],
+    ann: Mapping[str, str] | None = None,
+    *,
+    init: list[dict[str, Any]] | None = None,
+    delivered: Sequence[Mapping[str, Any]] | None = None,
+    **spec: Any,
+) -> PodSpec:
+    """The pod of :func:`interlink_request` (``uid``, annotations ``ann``, ``delivered``)
+    as the plugin parses it: ``containers``, ``init`` containers and ``spec``'s fields."""
+    full = {"containers": containers, "initContainers": init or [], **spec}
+    return parse_pod(interlink_request(uid, full, ann, delivered))
 
 
 def crd_manifest(

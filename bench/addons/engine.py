@@ -27,16 +27,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from labcpu import children_cpu
+from labcpu import timed_decice
 
 REPO = Path(__file__).resolve().parents[2]
 ADDONS = ("volcano", "kubeedge", "sedna", "interlink", "kubeflow")
@@ -64,22 +62,10 @@ def _decice(checkout: Path, work: Path, *args: str) -> tuple[float, float, dict[
     seconds of decice and everything it waited for (Ansible, its workers and modules,
     helm; not the sim's control plane), record."""
     env = {**os.environ, "PYTHONPATH": str(checkout / "cli")}
-    cpu0 = children_cpu()
-    start = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "decice", *args, "--json"],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        check=False,
-    )
-    wall = time.monotonic() - start
-    cpu = children_cpu() - cpu0
+    proc, cost = timed_decice(work, *args, env=env, timeout=3600)
     if proc.returncode != 0:
         raise SystemExit(f"{checkout}: decice {' '.join(args)} failed:\n{proc.stderr[-4000:]}")
-    return wall, cpu, json.loads(proc.stdout)
+    return cost["wall"], cost["controller_cpu"], json.loads(proc.stdout)
 
 
 def _task_seconds(work: Path, before: set[Path], seconds: dict[str, float]) -> None:

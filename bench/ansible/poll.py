@@ -12,7 +12,6 @@ the CPU is Ansible's own: forking workers, and the controller polling them.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -24,6 +23,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchcli import options
 from labcpu import children_cpu
 
 POLLS = (0.001, 0.01)
@@ -31,12 +31,7 @@ STRATEGIES = ("linear", "free")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, default=4)
-    parser.add_argument("--tasks", type=int, default=4)
-    parser.add_argument("--sleep", type=float, default=4.0)
-    parser.add_argument("--rounds", type=int, default=1)
-    args = parser.parse_args()
+    args = options(__doc__, hosts=4, tasks=4, sleep=4.0, rounds=1)
     work = Path(tempfile.mkdtemp(prefix="decice-poll-bench-"))
     host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     inventory = {"all": {"hosts": {f"h{i}": host for i in range(args.hosts)}}}

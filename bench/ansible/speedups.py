@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from decice import lab
+from decice.paths import Subpath
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from labcpu import children_cpu, node_cpu
@@ -149,13 +150,8 @@ class Lab:
     first_tasks: dict[str, dict[str, int]] | None = None
     first_baselines: dict[str, Any] | None = None
 
-    @property
-    def state(self) -> Path:
-        return self.work / ".decice"
-
-    @property
-    def cache_dir(self) -> Path:
-        return self.work / "factcache"
+    state = Subpath("work", ".decice")
+    cache_dir = Subpath("work", "factcache")
 
     def create(self) -> None:
         self.work.mkdir(parents=True, exist_ok=True)

@@ -26,14 +26,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from decice import lab
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from labcpu import children_cpu, node_cpu
+from labcpu import timed_decice
 
 PLANT = r"""
 set -e
@@ -53,19 +52,8 @@ groupadd -r kube-cert; useradd -r -M -s /usr/sbin/nologin -G kube-cert kube
 
 def _decice(work: Path, nodes: list[str], *args: str) -> tuple[dict[str, float], int, str]:
     """Run ``decice ARGS``: wall clock, controller CPU and node CPU (s), exit code, stderr."""
-    cpu0, node0, t0 = children_cpu(), node_cpu(nodes), time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "decice", *args, "--json"],
-        cwd=work,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    spent = {
-        "wall": round(time.monotonic() - t0, 2),
-        "controller_cpu": round(children_cpu() - cpu0, 2),
-        "nodes_cpu": round(node_cpu(nodes) - node0, 2),
-    }
+    proc, cost = timed_decice(work, *args, nodes=nodes)
+    spent = {what: round(seconds, 2) for what, seconds in cost.items()}
     return spent, proc.returncode, proc.stderr[-2000:]
 
 

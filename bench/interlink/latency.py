@@ -26,7 +26,6 @@ is removed afterwards (`down`, `reset`, `lab destroy`) unless --keep.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -40,6 +39,9 @@ from typing import Any
 
 import yaml
 from kubernetes import client, config, watch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchcli import options
 
 DECICE = [sys.executable, "-m", "decice"]
 
@@ -201,13 +203,7 @@ def tear_down(work: Path, lab_name: str) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pods", type=int, default=100)
-    parser.add_argument("--seconds", type=float, default=2.0)
-    parser.add_argument("--nodes", type=int, default=3)
-    parser.add_argument("--timeout", type=float, default=900.0)
-    parser.add_argument("--keep", action="store_true")
-    args = parser.parse_args()
+    args = options(__doc__, pods=100, seconds=2.0, nodes=3, timeout=900.0, keep=False)
     work = Path(tempfile.mkdtemp(prefix="decice-bench-il-"))
     name = f"bil{os.getpid()}"
     created: dict[str, float] = {}

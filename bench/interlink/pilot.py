@@ -27,7 +27,6 @@ the end unless --keep.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -40,8 +39,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from benchcli import options  # noqa: E402
 from latency import percentiles  # noqa: E402
 from tests.integration.pluginsupport import Plugin, pod, running_plugin  # noqa: E402
 
@@ -122,13 +123,7 @@ class Arm:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=3)
-    parser.add_argument("--latency-pods", type=int, default=100)
-    parser.add_argument("--makespan-pods", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--keep", action="store_true")
-    args = parser.parse_args()
+    args = options(__doc__, nodes=3, latency_pods=100, makespan_pods=200, rounds=1, keep=False)
     root = Path(tempfile.mkdtemp(prefix="decice-bench-pilot-"))
     name = f"bpl{os.getpid() % 100000}"
     slots = args.nodes * CPUS_PER_NODE

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import multiprocessing
 import os
 import sys
@@ -65,7 +64,16 @@ from _stream_stats import (  # noqa: E402
     summary_ms,
     sustained,
 )
-from throughput import PODS, cpu_seconds, pod_body, populate, start, stop  # noqa: E402
+from throughput import (  # noqa: E402
+    PODS,
+    cpu_seconds,
+    each_scheduler,
+    pod_body,
+    populate,
+    print_json_lines,
+    start,
+    stop,
+)
 
 from decice.sim.controlplane import audit  # noqa: E402
 from decice_kube.client import Client, load_kubeconfig  # noqa: E402
@@ -356,20 +364,14 @@ def main() -> int:
     if args.burst is None:
         args.burst = args.qps * 2
     binaries = resolve_binaries()
-    order = [args.only] if args.only else ["decice", "kube"]
     verdicts: list[dict[str, Any]] = []
     for _ in range(args.rounds):
         for rate in args.rates:
-            runs: dict[str, dict[str, Any]] = {}
-            for which in order:
-                runs[which] = one_run(which, rate, args, binaries)
-                print(json.dumps(runs[which]), flush=True)
+            runs = each_scheduler(args.only, one_run, rate, args, binaries)
             if len(runs) == 2:
                 verdicts.append(compare(rate, runs["decice"], runs["kube"]))
     if not args.json:
-        print("--- per rate", flush=True)
-        for item in verdicts:
-            print(json.dumps(item), flush=True)
+        print_json_lines(verdicts, "--- per rate")
     return 0
 
 

@@ -48,7 +48,7 @@ import tempfile
 import time
 import urllib.request
 from collections import defaultdict
-from collections.abc import Container, Iterable
+from collections.abc import Callable, Container, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -558,6 +558,27 @@ def summary(decice: dict[str, Any] | None, kube: dict[str, Any] | None) -> dict[
     return out
 
 
+def each_scheduler(
+    only: str | None, run: Callable[..., dict[str, Any]], *args: Any, echo: bool = True
+) -> dict[str, dict[str, Any]]:
+    """``run(which, *args)`` for decice's scheduler, then kube-scheduler (``only``: for that
+    one alone), by name; each result printed as a JSON line when ``echo``."""
+    runs: dict[str, dict[str, Any]] = {}
+    for which in [only] if only else ["decice", "kube"]:
+        runs[which] = run(which, *args)
+        if echo:
+            print(json.dumps(runs[which]), flush=True)
+    return runs
+
+
+def print_json_lines(items: Iterable[dict[str, Any]], header: str = "") -> None:
+    """``header`` (when given) on a line of its own, then each item as a JSON line."""
+    if header:
+        print(header, flush=True)
+    for item in items:
+        print(json.dumps(item), flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -584,19 +605,11 @@ def main() -> int:
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
     binaries = resolve_binaries()
-    order = [args.only] if args.only else ["decice", "kube"]
     rounds: list[dict[str, Any]] = []
     for _ in range(args.rounds):
-        runs: dict[str, dict[str, Any]] = {}
-        for which in order:
-            runs[which] = one_run(which, args, binaries, args.profile)
-            if not args.json:
-                print(json.dumps(runs[which]), flush=True)
+        runs = each_scheduler(args.only, one_run, args, binaries, args.profile, echo=not args.json)
         rounds.append(summary(runs.get("decice"), runs.get("kube")))
-    if not args.json:
-        print("--- per round", flush=True)
-    for item in rounds:
-        print(json.dumps(item), flush=True)
+    print_json_lines(rounds, "" if args.json else "--- per round")
     return 0
 
 

@@ -6,12 +6,33 @@ Exit codes: 0 ok, 1 a run failed, 2 bad input (nothing touched), 3 another run h
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+
+class _Lazy:
+    """A module imported at its first use: `decice --help` imports nothing heavy."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name), attr)
+
+
+if TYPE_CHECKING:
+    from decice import commands
+    from decice import mirror_sync as mirror
+    from decice.experiment import commands as experiments
+else:
+    commands = _Lazy("decice.commands")
+    mirror = _Lazy("decice.mirror_sync")
+    experiments = _Lazy("decice.experiment.commands")
 
 EPILOG = (
     "Exit codes: 0 ok, 1 a run failed, 2 bad input (nothing touched), "
@@ -29,26 +50,25 @@ app = typer.Typer(
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
 )
-runs_app = typer.Typer(
-    help="List and show run records.", epilog=EPILOG, invoke_without_command=True
+
+
+def _group(name: str, text: str, **opts: Any) -> typer.Typer:
+    """The command group ``decice NAME`` (``text``: its help)."""
+    group = typer.Typer(help=text, epilog=EPILOG, **opts)
+    app.add_typer(group, name=name)
+    return group
+
+
+runs_app = _group("runs", "List and show run records.", invoke_without_command=True)
+lab_app = _group(
+    "lab", "Local lab nodes: systemd containers (podman), optionally SLURM.", no_args_is_help=True
 )
-app.add_typer(runs_app, name="runs")
-lab_app = typer.Typer(
-    help="Local lab nodes: systemd containers (podman), optionally SLURM.",
-    epilog=EPILOG,
+mirror_app = _group("mirror", "Artifact mirror for air-gapped sites.", no_args_is_help=True)
+experiment_app = _group(
+    "experiment",
+    "Experiments: arms compared over repetitions from a clean slate, and a report.",
     no_args_is_help=True,
 )
-app.add_typer(lab_app, name="lab")
-mirror_app = typer.Typer(
-    help="Artifact mirror for air-gapped sites.", epilog=EPILOG, no_args_is_help=True
-)
-app.add_typer(mirror_app, name="mirror")
-experiment_app = typer.Typer(
-    help="Experiments: arms compared over repetitions from a clean slate, and a report.",
-    epilog=EPILOG,
-    no_args_is_help=True,
-)
-app.add_typer(experiment_app, name="experiment")
 
 SpecOpt = Annotated[
     Path | None,
@@ -108,12 +128,9 @@ def _guard(work: Callable[[], int]) -> None:
 
 
 def _lifecycle(command: str, spec: Path | None, json_out: bool, verbose: int, **opts: Any) -> None:
-    def work() -> int:
-        from decice import commands
-
-        return commands.run_lifecycle(command, spec, json_out=json_out, verbose=verbose, **opts)
-
-    _guard(work)
+    _guard(
+        lambda: commands.run_lifecycle(command, spec, json_out=json_out, verbose=verbose, **opts)
+    )
 
 
 @app.command()
@@ -176,13 +193,7 @@ def verify(
 @app.command()
 def status(spec: SpecOpt = None, json_out: JsonOpt = False) -> None:
     """Show the state directory: lock holder, last run, baselines."""
-
-    def work() -> int:
-        from decice import commands
-
-        return commands.show_status(spec, json_out=json_out)
-
-    _guard(work)
+    _guard(lambda: commands.show_status(spec, json_out=json_out))
 
 
 @app.command()
@@ -193,13 +204,7 @@ def plan(
     skip: SkipOpt = None,
 ) -> None:
     """Show hosts and roles, the phases that would run and every component's version."""
-
-    def work() -> int:
-        from decice import commands
-
-        return commands.show_plan(spec, json_out=json_out, only=only, skip=skip)
-
-    _guard(work)
+    _guard(lambda: commands.show_plan(spec, json_out=json_out, only=only, skip=skip))
 
 
 class Shell(StrEnum):
@@ -231,13 +236,7 @@ def init(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a commented starter spec for a target."""
-
-    def work() -> int:
-        from decice import commands
-
-        return commands.write_starter(target, path, force=force)
-
-    _guard(work)
+    _guard(lambda: commands.write_starter(target, path, force=force))
 
 
 @runs_app.callback()
@@ -250,12 +249,7 @@ def runs(
     if ctx.invoked_subcommand is not None:
         return
 
-    def work() -> int:
-        from decice import commands
-
-        return commands.list_runs(spec, json_out=json_out)
-
-    _guard(work)
+    _guard(lambda: commands.list_runs(spec, json_out=json_out))
 
 
 @runs_app.command("show")
@@ -265,13 +259,7 @@ def runs_show(
     json_out: JsonOpt = False,
 ) -> None:
     """Show one run: phases with timings, component versions, failures."""
-
-    def work() -> int:
-        from decice import commands
-
-        return commands.show_run(run_id, spec, json_out=json_out)
-
-    _guard(work)
+    _guard(lambda: commands.show_run(run_id, spec, json_out=json_out))
 
 
 LabName = Annotated[
@@ -291,36 +279,21 @@ def lab_create(
 ) -> None:
     """Create (or reuse) a lab: nodes with SSH, an inventory, an ssh config, SLURM if asked."""
 
-    def work() -> int:
-        from decice import commands
-
-        return commands.lab_create(spec, name=name, nodes=nodes, slurm=slurm, json_out=json_out)
-
-    _guard(work)
+    _guard(
+        lambda: commands.lab_create(spec, name=name, nodes=nodes, slurm=slurm, json_out=json_out)
+    )
 
 
 @lab_app.command("destroy")
 def lab_destroy(spec: SpecOpt = None, json_out: JsonOpt = False, name: LabName = None) -> None:
     """Remove a lab's containers, network, daemons and state."""
-
-    def work() -> int:
-        from decice import commands
-
-        return commands.lab_destroy(spec, name=name, json_out=json_out)
-
-    _guard(work)
+    _guard(lambda: commands.lab_destroy(spec, name=name, json_out=json_out))
 
 
 @lab_app.command("status")
 def lab_status(spec: SpecOpt = None, json_out: JsonOpt = False, name: LabName = None) -> None:
     """Show a lab: nodes and IPs, inventory, ssh config, SLURM environment."""
-
-    def work() -> int:
-        from decice import commands
-
-        return commands.lab_status(spec, name=name, json_out=json_out)
-
-    _guard(work)
+    _guard(lambda: commands.lab_status(spec, name=name, json_out=json_out))
 
 
 @mirror_app.command("sync")
@@ -342,13 +315,7 @@ def mirror_sync(
 ) -> None:
     """Fetch every enabled add-on's pinned artifacts (sha256 or content pin checked) and its
     image list."""
-
-    def work() -> int:
-        from decice import mirror_sync
-
-        return mirror_sync.command(spec, dest=dest, source=source, json_out=json_out)
-
-    _guard(work)
+    _guard(lambda: mirror.command(spec, dest=dest, source=source, json_out=json_out))
 
 
 ExpArg = Annotated[Path, typer.Argument(help="The experiment file (EXP.yaml).")]
@@ -357,13 +324,7 @@ ExpArg = Annotated[Path, typer.Argument(help="The experiment file (EXP.yaml).")]
 @experiment_app.command("plan")
 def experiment_plan(experiment: ExpArg, json_out: JsonOpt = False) -> None:
     """Check an experiment file and show what a run would do (touches nothing)."""
-
-    def work() -> int:
-        from decice.experiment import commands
-
-        return commands.plan(experiment, json_out=json_out)
-
-    _guard(work)
+    _guard(lambda: experiments.plan(experiment, json_out=json_out))
 
 
 @experiment_app.command("run")
@@ -376,13 +337,7 @@ def experiment_run(
     ] = False,
 ) -> None:
     """Bring the cluster up, run every arm of every repetition, write the report."""
-
-    def work() -> int:
-        from decice.experiment import commands
-
-        return commands.execute(experiment, json_out=json_out, up=not no_up)
-
-    _guard(work)
+    _guard(lambda: experiments.execute(experiment, json_out=json_out, up=not no_up))
 
 
 @experiment_app.command("report")
@@ -395,25 +350,13 @@ def experiment_report(
     json_out: JsonOpt = False,
 ) -> None:
     """Write an experiment run's report again from its raw data (report.html, CSV, JSON)."""
-
-    def work() -> int:
-        from decice.experiment import commands
-
-        return commands.rewrite_report(ref, spec, json_out=json_out)
-
-    _guard(work)
+    _guard(lambda: experiments.rewrite_report(ref, spec, json_out=json_out))
 
 
 @experiment_app.command("list")
 def experiment_list(spec: SpecOpt = None, json_out: JsonOpt = False) -> None:
     """List the experiment runs of the state directory."""
-
-    def work() -> int:
-        from decice.experiment import commands
-
-        return commands.list_runs(spec, json_out=json_out)
-
-    _guard(work)
+    _guard(lambda: experiments.list_runs(spec, json_out=json_out))
 
 
 def main() -> None:

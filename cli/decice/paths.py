@@ -125,3 +125,19 @@ def check_state_dir(state_dir: Path) -> None:
             f"{lock}: the state directory's lock is {kind}\n"
             f"    fix: remove {lock} (no decice run can hold it); the next run recreates it"
         )
+
+
+class Subpath:
+    """A read-only attribute: the path ``parts`` below the instance's attribute ``base``.
+
+    ``log = Subpath("directory", "munged.log")`` in a class body reads as the property
+    ``self.directory / "munged.log"`` (computed at each access; frozen dataclasses too).
+    """
+
+    def __init__(self, base: str, *parts: str) -> None:
+        self.base = base
+        self.parts = parts
+
+    def __get__(self, obj: object, owner: type | None = None) -> Path:
+        base: Path = getattr(obj, self.base)
+        return base.joinpath(*self.parts)

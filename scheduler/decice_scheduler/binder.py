@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -60,29 +61,26 @@ class TokenBucket:
                 await asyncio.sleep((1 - self._tokens) / self.qps)
 
 
+@dataclass(eq=False)
 class Binder:
-    def __init__(
-        self,
-        client: Client,
-        state: ClusterState,
-        queue: SchedulingQueue,
-        metrics: Metrics,
-        limiter: TokenBucket,
-        *,
-        concurrency: int = 32,
-        on_bound: Callable[[Mapping[str, Any], str], None] | None = None,
-    ) -> None:
-        self.client = client
-        self.on_bound = on_bound  # e.g. the Scheduled event; must not block
-        self.on_failed: Callable[[str], None] | None = None  # a gang's bookkeeping (uid)
-        self.state = state
-        self.queue = queue
-        self.metrics = metrics
-        self.limiter = limiter
+    client: Client
+    state: ClusterState
+    queue: SchedulingQueue
+    metrics: Metrics
+    limiter: TokenBucket
+    _: KW_ONLY
+    concurrency: InitVar[int] = 32
+    # e.g. the Scheduled event; must not block
+    on_bound: Callable[[Mapping[str, Any], str], None] | None = None
+    # a gang's bookkeeping (uid)
+    on_failed: Callable[[str], None] | None = field(init=False, default=None)
+    _slots: asyncio.Semaphore = field(init=False)
+    _tasks: set[asyncio.Task[None]] = field(init=False, default_factory=set)
+    bound: int = field(init=False, default=0)
+    failed: int = field(init=False, default=0)
+
+    def __post_init__(self, concurrency: int) -> None:
         self._slots = asyncio.Semaphore(concurrency)
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.bound = 0
-        self.failed = 0
 
     def submit(self, pod: Mapping[str, Any], node: str) -> None:
         task = asyncio.create_task(self._bind(pod, node))

@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -30,30 +31,24 @@ def _micro_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+@dataclass(eq=False)
 class LeaderElector:
-    def __init__(
-        self,
-        client: Client,
-        namespace: str,
-        name: str,
-        identity: str,
-        *,
-        lease_duration: float = 15.0,
-        renew_deadline: float = 10.0,
-        retry_period: float = 2.0,
-    ) -> None:
-        self.client = client
-        self.path = f"/apis/coordination.k8s.io/v1/namespaces/{quote(namespace)}/leases"
-        self.namespace = namespace
-        self.name = name
-        self.identity = identity
-        self.lease_duration = lease_duration
-        self.renew_deadline = renew_deadline
-        self.retry_period = retry_period
-        self.is_leader = False
-        self._observed: tuple[Any, ...] | None = None
-        self._observed_at = 0.0
-        self._acquire_time = ""
+    client: Client
+    namespace: str
+    name: str
+    identity: str
+    _: KW_ONLY
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    path: str = field(init=False)
+    is_leader: bool = field(init=False, default=False)
+    _observed: tuple[Any, ...] | None = field(init=False, default=None)
+    _observed_at: float = field(init=False, default=0.0)
+    _acquire_time: str = field(init=False, default="")
+
+    def __post_init__(self) -> None:
+        self.path = f"/apis/coordination.k8s.io/v1/namespaces/{quote(self.namespace)}/leases"
 
     async def acquire(self) -> None:
         """Return once this instance holds the Lease."""

@@ -66,17 +66,21 @@ class Metrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
         p = "decice_scheduler_"
-        self.scheduled = Counter(p + "scheduled", "Pods bound by this scheduler", registry=r)
-        self.unschedulable = Counter(
-            p + "unschedulable", "Scheduling attempts that found no feasible node", registry=r
-        )
-        self.bind_errors = Counter(
-            p + "bind_errors", "Failed binds by reason", ["reason"], registry=r
-        )
+
+        def counter(name: str, doc: str, *labels: str) -> Counter:
+            return Counter(p + name, doc, labels, registry=r)
+
+        def gauge(name: str, doc: str, *labels: str) -> Gauge:
+            return Gauge(p + name, doc, labels, registry=r)
 
         def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
             return Histogram(p + name, doc, buckets=buckets, registry=r)
 
+        self.scheduled = counter("scheduled", "Pods bound by this scheduler")
+        self.unschedulable = counter(
+            "unschedulable", "Scheduling attempts that found no feasible node"
+        )
+        self.bind_errors = counter("bind_errors", "Failed binds by reason", "reason")
         self.e2e_latency = histogram(
             "e2e_scheduling_seconds",
             "From the pod first seen pending to its bind succeeding",
@@ -101,61 +105,47 @@ class Metrics:
             "time other processes held the core)",
             _DECISION_BUCKETS,
         )
-        self.queue_depth = Gauge(p + "queue_depth", "Pending pods by queue", ["queue"], registry=r)
-        self.drift_nodes = Gauge(
-            p + "drift_nodes", "Nodes that drifted at the last audit", registry=r
-        )
-        self.drift = Counter(p + "drift", "Drifted nodes found by audits (cumulative)", registry=r)
-        self.audits = Counter(p + "audits", "Audits run", registry=r)
-        self.relists = Counter(
-            p + "relists", "Full relists of nodes and pods", ["reason"], registry=r
-        )
-        self.gap_deletions = Counter(
-            p + "gap_deletions",
+        self.queue_depth = gauge("queue_depth", "Pending pods by queue", "queue")
+        self.drift_nodes = gauge("drift_nodes", "Nodes that drifted at the last audit")
+        self.drift = counter("drift", "Drifted nodes found by audits (cumulative)")
+        self.audits = counter("audits", "Audits run")
+        self.relists = counter("relists", "Full relists of nodes and pods", "reason")
+        self.gap_deletions = counter(
+            "gap_deletions",
             "Objects found deleted by a relist (their DELETED event was missed)",
-            ["resource"],
-            registry=r,
+            "resource",
         )
-        self.watch_restarts = Counter(
-            p + "watch_restarts", "Watch streams re-opened", ["resource"], registry=r
+        self.watch_restarts = counter("watch_restarts", "Watch streams re-opened", "resource")
+        self.events = counter(
+            "events", "Event writes (creates and series updates) by reason", "reason"
         )
-        self.events = Counter(
-            p + "events", "Event writes (creates and series updates) by reason", ["reason"],
-            registry=r,
-        )  # fmt: skip
-        self.events_dropped = Counter(
-            p + "events_dropped",
+        self.events_dropped = counter(
+            "events_dropped",
             "Events not written: queue-full, rate-limit (FailedScheduling), write-error",
-            ["cause"],
-            registry=r,
+            "cause",
         )
-        self.scores_published = Counter(
-            p + "placement_scores_published", "AddOnPlacementScore status writes", registry=r
+        self.scores_published = counter(
+            "placement_scores_published", "AddOnPlacementScore status writes"
         )
-        self.scores_seconds = Histogram(
-            p + "placement_scores_seconds",
+        self.scores_seconds = histogram(
+            "placement_scores_seconds",
             "CPU time of one placement-score computation (the loop thread's)",
-            buckets=_DECISION_BUCKETS,
-            registry=r,
+            _DECISION_BUCKETS,
         )
-        self.nodes = Gauge(p + "nodes", "Nodes in the state", registry=r)
-        self.pods = Gauge(p + "pods", "Pods in the state", registry=r)
-        self.leader = Gauge(p + "leader", "1 while this instance may schedule", registry=r)
-        self.ready = Gauge(p + "ready", "1 once the initial lists are applied", registry=r)
-        self.gang_groups = Gauge(
-            p + "gang_groups", "Pod groups by state (waiting, placed)", ["state"], registry=r
+        self.nodes = gauge("nodes", "Nodes in the state")
+        self.pods = gauge("pods", "Pods in the state")
+        self.leader = gauge("leader", "1 while this instance may schedule")
+        self.ready = gauge("ready", "1 once the initial lists are applied")
+        self.gang_groups = gauge("gang_groups", "Pod groups by state (waiting, placed)", "state")
+        self.gang_reserved = gauge(
+            "gang_reserved_pods", "Group members reserved (assumed, not bound)"
         )
-        self.gang_reserved = Gauge(
-            p + "gang_reserved_pods", "Group members reserved (assumed, not bound)", registry=r
+        self.gang_placed = counter(
+            "gang_placed", "Pod groups placed (minMember fitted at once, binds issued)"
         )
-        self.gang_placed = Counter(
-            p + "gang_placed", "Pod groups placed (minMember fitted at once, binds issued)",
-            registry=r,
-        )  # fmt: skip
-        self.gang_timeouts = Counter(
-            p + "gang_timeouts", "Pod groups whose reservations were released at their timeout",
-            registry=r,
-        )  # fmt: skip
+        self.gang_timeouts = counter(
+            "gang_timeouts", "Pod groups whose reservations were released at their timeout"
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

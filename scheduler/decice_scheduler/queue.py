@@ -25,6 +25,7 @@ import heapq
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from decice_scheduler.cache.objects import is_terminal, is_terminating, pod_node_name
@@ -43,33 +44,29 @@ def wants_scheduling(pod: Mapping[str, Any], scheduler_name: str) -> bool:
     )
 
 
+@dataclass(eq=False, kw_only=True)
 class SchedulingQueue:
-    def __init__(
-        self,
-        *,
-        initial_backoff: float = 1.0,
-        max_backoff: float = 10.0,
-        flush_after: float = 30.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.initial_backoff = initial_backoff
-        self.max_backoff = max_backoff
-        self.flush_after = flush_after
-        self._clock = clock
-        self._pods: dict[str, Mapping[str, Any]] = {}
-        self._first_seen: dict[str, float] = {}
-        self._attempts: dict[str, int] = {}
-        self._active: deque[str] = deque()
-        self._in_active: set[str] = set()
-        self._backoff: list[tuple[float, int, str]] = []  # (ready at, seq, uid)
-        self._in_backoff: dict[str, float] = {}
-        self._unschedulable: dict[str, float] = {}  # uid -> when it was parked
-        self._in_flight: set[str] = set()
-        self._seq = 0
-        self._moves = 0  # cluster events so far
-        self._moves_at_pop: dict[str, int] = {}  # in flight: _moves when it was taken
-        self._moved_pending = False
-        self._wake = asyncio.Event()
+    initial_backoff: float = 1.0
+    max_backoff: float = 10.0
+    flush_after: float = 30.0
+    clock: Callable[[], float] = time.monotonic
+    _pods: dict[str, Mapping[str, Any]] = field(init=False, default_factory=dict)
+    _first_seen: dict[str, float] = field(init=False, default_factory=dict)
+    _attempts: dict[str, int] = field(init=False, default_factory=dict)
+    _active: deque[str] = field(init=False, default_factory=deque)
+    _in_active: set[str] = field(init=False, default_factory=set)
+    # (ready at, seq, uid)
+    _backoff: list[tuple[float, int, str]] = field(init=False, default_factory=list)
+    _in_backoff: dict[str, float] = field(init=False, default_factory=dict)
+    # uid -> when it was parked
+    _unschedulable: dict[str, float] = field(init=False, default_factory=dict)
+    _in_flight: set[str] = field(init=False, default_factory=set)
+    _seq: int = field(init=False, default=0)
+    _moves: int = field(init=False, default=0)  # cluster events so far
+    # in flight: _moves when it was taken
+    _moves_at_pop: dict[str, int] = field(init=False, default_factory=dict)
+    _moved_pending: bool = field(init=False, default=False)
+    _wake: asyncio.Event = field(init=False, default_factory=asyncio.Event)
 
     # ------------------------------------------------------------ pod events
 
@@ -78,7 +75,7 @@ class SchedulingQueue:
         known = uid in self._pods
         self._pods[uid] = pod
         if not known:
-            self._first_seen[uid] = self._clock()
+            self._first_seen[uid] = self.clock()
             self._push_active(uid)
         elif uid in self._unschedulable:
             # its spec may have changed (e.g. tolerations): try again after its backoff
@@ -139,7 +136,7 @@ class SchedulingQueue:
                     await asyncio.wait_for(self._wake.wait(), timeout)
 
     def _try_pop(self) -> str | None:
-        now = self._clock()
+        now = self.clock()
         if self._moved_pending:
             self._moved_pending = False
             self._move_unschedulable(lambda _t: True)
@@ -159,7 +156,7 @@ class SchedulingQueue:
         return None
 
     def _next_timer(self) -> float | None:
-        now = self._clock()
+        now = self.clock()
         times = []
         if self._backoff:
             times.append(self._backoff[0][0] - now)
@@ -219,7 +216,7 @@ class SchedulingQueue:
         if self._moves > taken:
             self._push_backoff_or_active(uid)
         else:
-            self._unschedulable[uid] = self._clock()
+            self._unschedulable[uid] = self.clock()
 
     # ------------------------------------------------------------ introspection
 
@@ -262,7 +259,7 @@ class SchedulingQueue:
         if delay <= 0:
             self._push_active(uid)
             return
-        ready_at = self._clock() + delay
+        ready_at = self.clock() + delay
         self._in_backoff[uid] = ready_at
         self._seq += 1
         heapq.heappush(self._backoff, (ready_at, self._seq, uid))
@@ -272,7 +269,7 @@ class SchedulingQueue:
         for uid, parked in list(self._unschedulable.items()):
             if which(parked):
                 del self._unschedulable[uid]
-                parked_for = self._clock() - parked
+                parked_for = self.clock() - parked
                 if parked_for >= self.backoff_for(uid):
                     self._push_active(uid)
                 else:

@@ -24,7 +24,7 @@ When that finds no node, the full scan runs to collect the exact reasons.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import chain, compress, islice, repeat
 from operator import add, attrgetter, eq, mul
@@ -37,7 +37,7 @@ from decice_scheduler.plugins import BUILTIN_FILTERS
 from decice_scheduler.plugins.fit import NodeResourcesFit
 from decice_scheduler.profile import Profile
 
-__all__ = ["Decision", "feasible_target", "schedule_one"]
+__all__ = ["Decision", "Pick", "Scan", "feasible_target", "run_cycle", "schedule_one"]
 
 MIN_FEASIBLE_NODES = 100
 MIN_ADAPTIVE_PERCENTAGE = 5
@@ -76,10 +76,14 @@ def feasible_target(num_nodes: int, percentage: int = 0) -> int:
 _BUILTIN_FILTER_TYPES = frozenset(BUILTIN_FILTERS)
 _name = attrgetter("name")
 _Quick = tuple[int, int, int, tuple[tuple[str, int], ...]]
+# feasible nodes, how many nodes were evaluated, reason -> number of nodes that gave it
+_Found = tuple[list[NodeInfo], int, dict[str, int]]
+Scan = Callable[[PodInfo, Snapshot, Profile, int, int], _Found]
+Pick = Callable[[PodInfo, Profile, list[NodeInfo]], tuple[str, int]]
 
 
 def _all_builtin(profile: Profile) -> bool:
-    return all(type(plugin) in _BUILTIN_FILTER_TYPES for plugin in profile.filters)
+    return _BUILTIN_FILTER_TYPES.issuperset(map(type, profile.filters))
 
 
 def _quick_fit(pod: PodInfo, builtin: bool) -> _Quick | None:
@@ -122,98 +126,77 @@ def _candidates(pod: PodInfo, profile: Profile, snapshot: Snapshot) -> list[int]
     return best
 
 
-def _passes(node: NodeInfo, quick: _Quick | None, checks: list[FilterFn]) -> bool:
-    if (
-        quick is not None
-        and node.plain
-        and node.free_cpu >= quick[0]
-        and node.free_memory >= quick[1]
-        and node.free_pods >= quick[2]
-        and (not quick[3] or _extended_fit(node, quick[3]))
-    ):
-        return True
-    success = Code.SUCCESS
-    return all(check(node).code is success for check in checks)
-
-
-def schedule_one(
-    pod: PodInfo, snapshot: Snapshot, profile: Profile, start_index: int = 0
-) -> Decision:
-    nodes = snapshot.nodes
-    total = len(nodes)
-    if total == 0:
-        return Decision(None)
-    target = feasible_target(total, profile.percentage_of_nodes_to_score)
-    start = start_index % total
-    # per-pod work once: each filter's node check (None: the filter passes every node)
-    checks = [fn for plugin in profile.filters if (fn := plugin.prepare(pod)) is not None]
+def _scan(
+    order: Iterable[NodeInfo], need: int, quick: _Quick | None, checks: list[FilterFn]
+) -> _Found:
+    """Filters ``order`` until ``need`` nodes pass: (those, how many were looked at,
+    reason -> number of the others that gave it). With ``quick``, a plain node that has
+    that much free passes without calling the filters one by one."""
     feasible: list[NodeInfo] = []
     append = feasible.append
     reasons: dict[str, int] = {}
     success = Code.SUCCESS
     evaluated = 0
+    for node in order:
+        evaluated += 1
+        if (
+            quick is not None
+            and node.plain
+            and node.free_cpu >= quick[0]
+            and node.free_memory >= quick[1]
+            and node.free_pods >= quick[2]
+            and (not quick[3] or _extended_fit(node, quick[3]))
+        ):
+            # sure to pass every built-in filter: no per-filter calls
+            append(node)
+            need -= 1
+            if not need:
+                break
+            continue
+        for check in checks:
+            status = check(node)
+            if status.code is not success:
+                for reason in status.reasons:
+                    reasons[reason] = reasons.get(reason, 0) + 1
+                break
+        else:
+            append(node)
+            need -= 1
+            if not need:
+                break
+    return feasible, evaluated, reasons
+
+
+def _feasible_nodes(
+    pod: PodInfo, snapshot: Snapshot, profile: Profile, start: int, target: int
+) -> _Found:
+    nodes = snapshot.nodes
+    # per-pod work once: each filter's node check (None: the filter passes every node)
+    checks = [fn for plugin in profile.filters if (fn := plugin.prepare(pod)) is not None]
+    if not checks:
+        order = nodes[start:] + nodes[:start] if start else nodes
+        feasible = list(order[:target])
+        return feasible, len(feasible), {}
     builtin = _all_builtin(profile)
     quick = _quick_fit(pod, builtin)
-    positions = _candidates(pod, profile, snapshot) if checks and builtin else None
+    positions = _candidates(pod, profile, snapshot) if builtin else None
     if positions is not None:
         # only nodes that have the extended resource, in the same rotated order; the
         # others would fail, so feasible, evaluated and the next start come out the same
-        need = target
-        evaluated = total
         cut = bisect_left(positions, start)
-        for pos in chain(islice(positions, cut, None), islice(positions, cut)):
-            node = nodes[pos]
-            if _passes(node, quick, checks):
-                append(node)
-                need -= 1
-                if not need:
-                    evaluated = (pos - start) % total + 1
-                    break
-        if not feasible:
-            evaluated = 0  # unschedulable: scan everything below for the exact reasons
-    if feasible:
-        pass
-    elif not checks:
-        order = nodes[start:] + nodes[:start] if start else nodes
-        feasible = list(order[:target])
-        evaluated = len(feasible)
-    else:
-        order = nodes[start:] + nodes[:start] if start else nodes
-        need = target
-        for node in order:
-            evaluated += 1
-            if (
-                quick is not None
-                and node.plain
-                and node.free_cpu >= quick[0]
-                and node.free_memory >= quick[1]
-                and node.free_pods >= quick[2]
-                and (not quick[3] or _extended_fit(node, quick[3]))
-            ):
-                # sure to pass every built-in filter: no per-filter calls
-                append(node)
-                need -= 1
-                if not need:
-                    break
-                continue
-            for check in checks:
-                status = check(node)
-                if status.code is not success:
-                    for reason in status.reasons:
-                        reasons[reason] = reasons.get(reason, 0) + 1
-                    break
-            else:
-                append(node)
-                need -= 1
-                if not need:
-                    break
-    next_start = (start + evaluated) % total
-    if not feasible:
-        return Decision(None, 0, 0, evaluated, reasons, next_start)
-    if len(feasible) == 1 or not profile.scores:
-        only = min(feasible, key=lambda n: n.name) if len(feasible) > 1 else feasible[0]
-        return Decision(only.name, 0, len(feasible), evaluated, {}, next_start)
+        rotated = chain(islice(positions, cut, None), islice(positions, cut))
+        feasible, looked, _ = _scan(map(nodes.__getitem__, rotated), target, quick, checks)
+        if len(feasible) == target:  # stopped at the position looked at last
+            last = positions[(cut + looked - 1) % len(positions)]
+            return feasible, (last - start) % len(nodes) + 1, {}
+        if feasible:
+            return feasible, len(nodes), {}
+        # unschedulable: scan everything for the exact reasons
+    order = nodes[start:] + nodes[:start] if start else nodes
+    return _scan(order, target, quick, checks)
 
+
+def _best_node(pod: PodInfo, profile: Profile, feasible: list[NodeInfo]) -> tuple[str, int]:
     count = len(feasible)
     totals = [0] * count
     for plugin, weight in profile.scores:
@@ -235,5 +218,40 @@ def schedule_one(
         totals = list(map(add, totals, scores))
     top = max(totals)
     # the smallest name among the best (C-level iteration: ties are common)
-    best = min(compress(map(_name, feasible), map(eq, repeat(top, count), totals)))
+    return min(compress(map(_name, feasible), map(eq, repeat(top, count), totals))), top
+
+
+def run_cycle(
+    pod: PodInfo,
+    snapshot: Snapshot,
+    profile: Profile,
+    start_index: int,
+    scan: Scan,
+    pick: Pick,
+) -> Decision:
+    """A scheduling cycle made of its two parts: ``scan(pod, snapshot, profile, start,
+    target)`` filters the nodes from position ``start`` on (wrapping around) until
+    ``target`` pass, and ``pick(pod, profile, feasible)`` names the best of several
+    feasible nodes with its total score (only called when there are score plugins)."""
+    nodes = snapshot.nodes
+    total = len(nodes)
+    if total == 0:
+        return Decision(None)
+    target = feasible_target(total, profile.percentage_of_nodes_to_score)
+    start = start_index % total
+    feasible, evaluated, reasons = scan(pod, snapshot, profile, start, target)
+    next_start = (start + evaluated) % total
+    count = len(feasible)
+    if not count:
+        return Decision(None, 0, 0, evaluated, reasons, next_start)
+    if count == 1 or not profile.scores:
+        only = min(feasible, key=_name) if count > 1 else feasible[0]
+        return Decision(only.name, 0, count, evaluated, {}, next_start)
+    best, top = pick(pod, profile, feasible)
     return Decision(best, top, count, evaluated, {}, next_start)
+
+
+def schedule_one(
+    pod: PodInfo, snapshot: Snapshot, profile: Profile, start_index: int = 0
+) -> Decision:
+    return run_cycle(pod, snapshot, profile, start_index, _feasible_nodes, _best_node)

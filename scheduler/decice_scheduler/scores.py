@@ -31,7 +31,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -146,33 +146,28 @@ class ScoreSettings:
         return self.validity or max(600.0, 10 * self.interval)
 
 
+@dataclass(eq=False)
 class ScorePublisher:
     """Publishes the scores of ``state`` while ``active()`` (see the module docstring)."""
 
-    def __init__(
-        self,
-        client: Client,
-        state: ClusterState,
-        metrics: Metrics,
-        settings: ScoreSettings,
-        controller: str,
-        *,
-        active: Callable[[], bool] = lambda: True,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.client = client
-        self.state = state
-        self.metrics = metrics
-        self.settings = settings
-        self.controller = controller
-        self.active = active
-        self._clock = clock
-        self.published: list[dict[str, Any]] | None = None
-        self.valid_until = 0.0
-        self.writes = 0
-        self._crd_missing_logged = False
-        self._since = ""
-        s = settings
+    client: Client
+    state: ClusterState
+    metrics: Metrics
+    settings: ScoreSettings
+    controller: str
+    _: KW_ONLY
+    active: Callable[[], bool] = lambda: True
+    clock: Callable[[], float] = time.time
+    published: list[dict[str, Any]] | None = field(init=False, default=None)
+    valid_until: float = field(init=False, default=0.0)
+    writes: int = field(init=False, default=0)
+    _crd_missing_logged: bool = field(init=False, default=False)
+    _since: str = field(init=False, default="")
+    _base: str = field(init=False)
+    _path: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        s = self.settings
         self._base = f"/apis/{GROUP_VERSION}/namespaces/{quote(s.namespace)}/addonplacementscores"
         self._path = f"{self._base}/{quote(s.name)}"
 
@@ -200,7 +195,7 @@ class ScorePublisher:
         """Write the status when a score changed or validUntil needs renewing; True if
         written. Nothing (and one log line, once) without the CRD."""
         scores = self.current()
-        now = self._clock()
+        now = self.clock()
         renew = self.valid_until - now < self.settings.valid_for / 2
         if scores == self.published and not renew:
             return False

@@ -7,8 +7,9 @@ concurrent sessions do not collide) and destroys it at the end.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client, config
@@ -18,7 +19,14 @@ from decice.errors import DeciceError
 from decice.sim.binaries.resolve import BinarySet, resolve_binaries
 from decice.sim.controlplane.loopback import ControlPlane, ControlPlaneInfo
 from tests.integration.labsupport import lab_name, require_lab_prerequisites
-from tests.integration.simsupport import require_sim, running_control_plane
+from tests.integration.schedsupport import cleanup_pods
+from tests.integration.simsupport import (
+    AddonNodes,
+    SchedEnv,
+    addon_cluster,
+    require_sim,
+    running_control_plane,
+)
 from tests.support import require
 
 
@@ -97,6 +105,32 @@ def sched_control_plane(
         yield cp
     finally:
         cp.stop()
+
+
+@pytest.fixture
+def core(env: SchedEnv) -> Iterator[client.CoreV1Api]:
+    """The API of a scheduler test module's ``env``; every pod of its namespaces is removed
+    afterwards."""
+    yield env.core
+    cleanup_pods(env)
+
+
+@pytest.fixture(scope="module")
+def addon_nodes(
+    sim_control_plane: ControlPlaneInfo,
+    sim_binaries: BinarySet,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AddonNodes:
+    """``addon_nodes(name, groups)``: :func:`simsupport.addon_cluster` on the session control
+    plane with the sim's helm, node ``groups`` and a new temporary directory ``name``."""
+
+    def cluster(
+        name: str, groups: Sequence[Mapping[str, Any]]
+    ) -> contextlib.AbstractContextManager[dict[str, Any]]:
+        tmp = tmp_path_factory.mktemp(name)
+        return addon_cluster(sim_control_plane, sim_binaries.path("helm"), tmp, groups)
+
+    return cluster
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,6 @@ from tests.support import require
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 BASE_CONFIG = "molecule/base.yml"
-MIRROR = REPO.parent / "shared" / "mirror"
 TIMEOUT_S = 900
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -43,7 +42,12 @@ def run(args: list[str], env: dict[str, str], *, base: bool = True) -> tuple[int
     return proc.returncode, ANSI.sub("", proc.stdout), time.monotonic() - started
 
 
-def base_env() -> dict[str, str]:
+def require_molecule() -> None:
+    require(molecule_path() is not None, "molecule is not installed (pip install -e .[test])")
+
+
+def base_env(ephemeral: Path) -> dict[str, str]:
+    """This environment for a molecule run keeping its scenario state in ``ephemeral``."""
     env = dict(os.environ)
     # molecule runs ansible-playbook and pytest by name: use this interpreter's.
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
@@ -54,13 +58,24 @@ def base_env() -> dict[str, str]:
         "MOLECULE_EPHEMERAL_DIRECTORY",
     ):
         env.pop(key, None)
+    env["MOLECULE_EPHEMERAL_DIRECTORY"] = str(ephemeral)
     return env
 
 
 def require_prerequisites() -> None:
-    require(molecule_path() is not None, "molecule is not installed (pip install -e .[test])")
+    require_molecule()
     require(os.geteuid() == 0, "molecule nodes are privileged podman containers: need root")
     require(shutil.which("podman") is not None, "podman missing (apt-get install -y podman runc)")
+
+
+def assert_refused_unset(ephemeral: Path, scenario: str, variable: str, *, base: bool) -> None:
+    """`molecule test -s <scenario>` with ``variable`` unset fails naming it, before any
+    step ran (``base``: with molecule/base.yml)."""
+    require_molecule()
+    code, out, _ = run(["test", "-s", scenario], base_env(ephemeral), base=base)
+    assert code != 0
+    assert f"{variable} unset" in out, out[-3000:]
+    assert "Executing" not in out, "molecule ran a step before refusing"
 
 
 def one_line(text: str) -> str:

@@ -7,6 +7,7 @@ real processes (command lines from :mod:`decice.sim.agent.nodes_service` and
   /debug/state and POST /debug/audit;
 - :func:`running_env`: control plane (with the stock kube-scheduler; fresh, or the
   session's shared one), node agent and decice-scheduler, torn down again;
+  :func:`shared_env_fixture`: a scheduler module's ``env`` fixture on the shared one;
 - :func:`api_objects`: the cluster's objects over discovery, for zero-leftover diffs.
 """
 
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client, config
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -136,6 +138,15 @@ class SchedulerProc:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def __enter__(self) -> SchedulerProc:
+        """``with`` a SchedulerProc: started (and ready), stopped at the end if running."""
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.running():
+            self.stop()
+
     def stop(self) -> int:
         assert self.proc is not None
         return stop_process(self.proc)
@@ -215,6 +226,12 @@ def delete_group_nodes(kubeconfig: Path, groups: Sequence[Mapping[str, Any]]) ->
         for index in range(int(group["count"])):
             with contextlib.suppress(client.ApiException):
                 core.delete_node(f"{group['name_prefix']}-{index}")
+
+
+# the integration conftest's ``addon_nodes``: (name, node groups) -> an addon_cluster
+AddonNodes = Callable[
+    [str, Sequence[Mapping[str, Any]]], contextlib.AbstractContextManager[dict[str, Any]]
+]
 
 
 @contextlib.contextmanager
@@ -369,6 +386,27 @@ def running_env(
         stack.callback(lambda: sched.running() and sched.stop())
         sched.start()
         yield SchedEnv(cp, info, core, api, workdir, sched, agent, tuple(namespaces))
+
+
+def shared_env_fixture(
+    name: str, groups: Sequence[Mapping[str, Any]], namespaces: Sequence[str]
+) -> Any:
+    """A scheduler test module's fixture ``env`` (module scope): the session's scheduler
+    control plane (``sched_control_plane``) with the module's node ``groups``,
+    ``namespaces``, node agent and decice-scheduler (:func:`running_env`), working in a
+    temporary directory ``name``; assign it to the module's ``env``."""
+
+    @pytest.fixture(scope="module", name="env")
+    def env(
+        sim_binaries: BinarySet,
+        sched_control_plane: ControlPlane,
+        tmp_path_factory: pytest.TempPathFactory,
+    ) -> Iterator[SchedEnv]:
+        work = tmp_path_factory.mktemp(name)
+        with running_env(sim_binaries, work, groups, namespaces, shared=sched_control_plane) as e:
+            yield e
+
+    return env
 
 
 def _stop_quietly(proc: subprocess.Popen[bytes]) -> None:

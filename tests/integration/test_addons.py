@@ -39,9 +39,9 @@ from kubernetes.client.rest import ApiException
 
 from decice import versions
 from decice.sim.binaries.resolve import BinarySet
-from decice.sim.controlplane.loopback import ControlPlaneInfo
+from tests.integration.simsupport import AddonNodes
 from tests.support import (
-    REPO,
+    MIRROR,
     localhost_recap,
     repack_chart,
     require,
@@ -52,7 +52,6 @@ from tests.support import (
 
 pytestmark = pytest.mark.addons
 
-MIRROR = REPO.parent / "shared" / "mirror"
 POST_RENDERER = str(Path(sys.executable).parent / "decice-sim-postrender")
 ADDONS = ("volcano", "kubeedge", "sedna", "interlink", "kubeflow")
 NAMESPACES = ("volcano-system", "kubeflow-system", "kubeedge", "sedna")
@@ -148,22 +147,14 @@ def _kill_helm_in(helm: Path, kubeconfig: Path, state: str, *args: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def env(
-    sim_control_plane: ControlPlaneInfo,
-    sim_binaries: BinarySet,
-    mirror: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[dict[str, Any]]:
+def env(addon_nodes: AddonNodes, mirror: Path) -> Iterator[dict[str, Any]]:
     require(Path(POST_RENDERER).is_file(), f"{POST_RENDERER} (pip install -e .)")
-    from tests.integration.simsupport import addon_cluster
-
     group = {
         "name_prefix": "addon",
         "count": 3,
         "capacity": {"cpu": "32", "memory": "128Gi", "pods": "110"},
     }
-    tmp = tmp_path_factory.mktemp("addons")
-    with addon_cluster(sim_control_plane, sim_binaries.path("helm"), tmp, [group]) as env:
+    with addon_nodes("addons", [group]) as env:
         yield env
 
 

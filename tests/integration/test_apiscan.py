@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from decice.sim.controlplane.loopback import ControlPlaneInfo
-from tests.support import BIN, REPO, crd_manifest, wait_for
+from tests.support import BIN, REPO, crd_manifest, run_captured, wait_for
 
 pytestmark = pytest.mark.sim
 
@@ -57,7 +56,7 @@ def scan(tmp_path: Path, kubeconfig: Path, *args: str, **options: Any) -> dict[s
         ANSIBLE_NOCOLOR="1",
         PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
     )
-    run = subprocess.run(
+    run = run_captured(
         [
             str(BIN / "ansible-playbook"),
             "-i",
@@ -69,10 +68,7 @@ def scan(tmp_path: Path, kubeconfig: Path, *args: str, **options: Any) -> dict[s
         ],
         cwd=REPO,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=300,
-        check=False,
     )
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
     answer: dict[str, Any] = json.loads(result.read_text())

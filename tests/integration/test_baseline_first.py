@@ -16,20 +16,11 @@ from typing import Any
 
 import pytest
 
-from tests.support import harmless_sysctl, local_spec, run_decice
+from tests.support import CONTAINED_PREPARE, harmless_sysctl, local_spec, run_decice
 
 pytestmark = pytest.mark.local
 
-SPEC = local_spec(
-    "baseline-first",
-    "prepare_kernel_wide: false",
-    "prepare_swap_off: false",
-    "prepare_modules: []",
-    'prepare_sysctls: {{"{sysctl}": "{value}"}}',
-    "prepare_sysctl_file: {work}/90-decice.conf",
-    "prepare_modules_file: {work}/decice.conf",
-    "baseline_paths: [{work}/tracked]",
-)
+SPEC = local_spec("baseline-first", *CONTAINED_PREPARE)
 FIX = "fix: run `decice up --only baseline` first (or `decice up` without --skip baseline)"
 
 

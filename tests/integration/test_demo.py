@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from decice import lab
 from tests.integration.labsupport import ssh
-from tests.support import REPO
+from tests.support import REPO, run_captured
 
 pytestmark = [pytest.mark.slurm, pytest.mark.sim, pytest.mark.addons]
 
@@ -56,15 +55,7 @@ def test_make_demo_runs_a_pod_as_a_slurm_job(demo_dir: Path, slurm_cluster: lab.
         "DECICE_DEMO_LAB": lab_name,
         "DECICE_DEMO_UPSTREAM": "standins",
     }
-    proc = subprocess.run(
-        [str(REPO / "scripts" / "demo.sh")],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-        check=False,
-    )
+    proc = run_captured([str(REPO / "scripts" / "demo.sh")], cwd=REPO, env=env, timeout=1500)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     assert f"== SLURM lab {lab_name} found: hpc-0 is backed by interLink on it" in out

@@ -14,11 +14,9 @@ from pathlib import Path
 import pytest
 
 from decice.sim.binaries.resolve import BinarySet
-from tests.support import REPO, require, run_captured
+from tests.support import MIRROR, require, run_captured
 
 pytestmark = pytest.mark.addons
-
-MIRROR = REPO.parent / "shared" / "mirror"
 
 
 def test_mirror_sync_pins_and_image_lists_of_the_edge(

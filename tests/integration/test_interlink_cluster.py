@@ -29,13 +29,11 @@ import pytest
 import yaml
 from kubernetes import client, config, watch
 
-from decice.sim.binaries.resolve import BinarySet
-from decice.sim.controlplane.loopback import ControlPlaneInfo
-from tests.support import REPO, require, run_tasks, tunnel_key_options
+from tests.integration.simsupport import AddonNodes
+from tests.support import MIRROR, require, run_tasks, tunnel_key_options
 
 pytestmark = [pytest.mark.addons, pytest.mark.sim]
 
-MIRROR = REPO.parent / "shared" / "mirror"
 NS = "interlink"
 NODES = ("hpc-0", "hpc-1")
 KEY_OPTIONS = tunnel_key_options()
@@ -96,17 +94,10 @@ INSTALL = ("bastions.yml", "cluster_install.yml")
 
 
 @pytest.fixture(scope="module")
-def env(
-    sim_control_plane: ControlPlaneInfo,
-    sim_binaries: BinarySet,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[dict[str, Any]]:
+def env(addon_nodes: AddonNodes) -> Iterator[dict[str, Any]]:
     require((MIRROR / "charts" / "interlink-0.6.1.tgz").is_file(), f"the mirror {MIRROR}")
-    from tests.integration.simsupport import addon_cluster
-
     group = {"name_prefix": "ilc", "count": 2, "capacity": {"cpu": "8", "memory": "16Gi"}}
-    tmp = tmp_path_factory.mktemp("interlink-cluster")
-    with addon_cluster(sim_control_plane, sim_binaries.path("helm"), tmp, [group]) as env:
+    with addon_nodes("interlink-cluster", [group]) as env:
         from tests.integration.simsupport import api_objects
 
         env["before"] = api_objects(env["api"], [NS])

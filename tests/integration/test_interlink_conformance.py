@@ -69,6 +69,18 @@ class Site:
     def terminated(self, pod: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
         return wait_for("the container to end", lambda: self.state(pod).get("terminated"), timeout)
 
+    def succeeds(
+        self,
+        pod: dict[str, Any],
+        containers: list[dict[str, Any]] | None = None,
+        timeout: float = 60,
+    ) -> None:
+        """Create ``pod`` (``containers``: its containers' volume data) and wait for its
+        container to end with exit code 0."""
+        code, body = self.client.create(pod, containers)
+        assert code == 200, body
+        assert self.terminated(pod, timeout)["exitCode"] == 0
+
     def log(self, pod: dict[str, Any], container: str = "main", **opts: Any) -> str:
         code, pieces = self.client.logs(pod, container, **opts)
         assert code == 200, pieces
@@ -178,8 +190,7 @@ def test_env_interlink_did_not_resolve_is_empty_and_noted(site: Site) -> None:
         "unresolved",
         [_main('echo "token=[$TOKEN] host=[$HOST] cpu=$CPU"', env=env, resources=_limits())],
     )
-    assert site.client.create(pod)[0] == 200
-    assert site.terminated(pod)["exitCode"] == 0
+    site.succeeds(pod)
     lines = site.log(pod).splitlines()
     assert lines[0].startswith("decice-interlink-slurm: env TOKEN is set empty: secretKeyRef")
     assert lines[1].startswith("decice-interlink-slurm: env HOST is set empty: fieldRef")
@@ -200,9 +211,7 @@ def test_sub_path_mounts_of_delivered_volumes(site: Site) -> None:
             {"name": "scratch", "emptyDir": {}},
         ],
     )
-    code, body = site.client.create(pod, [{"name": "main", "configMaps": [cm]}])
-    assert code == 200, body
-    assert site.terminated(pod)["exitCode"] == 0
+    site.succeeds(pod, [{"name": "main", "configMaps": [cm]}])
     assert site.log(pod) == "mode=fast\n"
     assert (site.job_dir(pod) / "volumes" / "scratch" / "run" / "1").is_dir()
 
@@ -219,9 +228,7 @@ def test_the_reference_annotations(site: Site) -> None:
             "interlink.eu/pod-ip": "10.244.7.9",
         },
     )
-    code, body = site.client.create(pod)
-    assert code == 200, body
-    assert site.terminated(pod)["exitCode"] == 0
+    site.succeeds(pod)
     lines = site.log(pod).splitlines()
     assert "singularity-options/-mounts and image-root not used" in lines[0]
     assert lines[1:] == ["tool=/opt/tool ip=10.244.7.9", "from-pre-exec"]
@@ -238,9 +245,7 @@ def test_mpi_flags_launch_tasks_on_two_nodes(site: Site) -> None:
             "slurm-job.vk.io/mpi-flags": "--label",
         },
     )
-    code, body = site.client.create(pod)
-    assert code == 200, body
-    assert site.terminated(pod, timeout=90)["exitCode"] == 0
+    site.succeeds(pod, timeout=90)
     lines = sorted(site.log(pod).splitlines())
     assert [line.split(":")[0] for line in lines] == ["0", "1"], lines
     hosts = {line.rsplit(" ", 1)[-1] for line in lines}

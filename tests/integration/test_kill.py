@@ -44,8 +44,9 @@ from decice import records
 from tests.integration.simsupport import require_sim
 from tests.procwatch import ProcWatch
 from tests.support import (
+    CONTAINED_PREPARE,
     DECICE,
-    REPO,
+    MIRROR,
     harmless_sysctl,
     local_spec,
     require,
@@ -56,7 +57,6 @@ from tests.support import (
 pytestmark = pytest.mark.cleanslate
 
 TAG_VAR = "DECICE_RUN_TAG"
-MIRROR = REPO.parent / "shared" / "mirror"
 # what decice keeps running on purpose on the sim: argv[0]'s name or `python -m <module>`
 SERVICES = (
     "etcd",
@@ -71,13 +71,7 @@ STOPPED = r"stopped \d+ process\(es\) it left running: .+|none of its processes 
 LOCAL_PHASES = "preflight,baseline,prepare"
 LOCAL_SPEC = local_spec(
     "kill-local",
-    "prepare_kernel_wide: false",
-    "prepare_swap_off: false",
-    "prepare_modules: []",
-    'prepare_sysctls: {{"{sysctl}": "{value}"}}',
-    "prepare_sysctl_file: {work}/90-decice.conf",
-    "prepare_modules_file: {work}/decice.conf",
-    "baseline_paths: [{work}/tracked]",
+    *CONTAINED_PREPARE,
     # this machine is shared with the other worker's tests: their podman nodes add
     # interfaces, netns and overlay mounts, CNI chains and kernel modules, and turn on
     # ip_forward, at any moment between this test's baseline and its verify (CI saw it when

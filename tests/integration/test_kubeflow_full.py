@@ -27,12 +27,11 @@ import yaml
 from kubernetes import client
 
 from decice.sim.binaries.resolve import BinarySet
-from decice.sim.controlplane.loopback import ControlPlaneInfo
-from tests.support import REPO, localhost_recap, require, run_playbook
+from tests.integration.simsupport import AddonNodes
+from tests.support import MIRROR, localhost_recap, require, run_playbook
 
 pytestmark = pytest.mark.addons
 
-MIRROR = REPO.parent / "shared" / "mirror"
 ARCHIVE = MIRROR / "sources" / "kubeflow-manifests-26.03.tar.gz"
 POST_RENDERER = str(Path(sys.executable).parent / "decice-sim-postrender")
 ADDONS = ("volcano", "kubeedge", "sedna", "interlink", "kubeflow")
@@ -78,18 +77,11 @@ def _objects(
 
 
 @pytest.fixture(scope="module")
-def env(
-    sim_control_plane: ControlPlaneInfo,
-    sim_binaries: BinarySet,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[dict[str, Any]]:
+def env(addon_nodes: AddonNodes, sim_binaries: BinarySet) -> Iterator[dict[str, Any]]:
     require(ARCHIVE.is_file(), f"the kubeflow manifests in the upstream mirror ({ARCHIVE})")
     require(Path(POST_RENDERER).is_file(), f"{POST_RENDERER} (pip install -e .)")
-    from tests.integration.simsupport import addon_cluster
-
     group = {"name_prefix": "kf", "count": 2, "capacity": {"cpu": "64", "memory": "256Gi"}}
-    tmp = tmp_path_factory.mktemp("kubeflow-full")
-    with addon_cluster(sim_control_plane, sim_binaries.path("helm"), tmp, [group]) as env:
+    with addon_nodes("kubeflow-full", [group]) as env:
         env["kubectl"] = sim_binaries.path("kubectl")
         env["before"] = set()
         yield env

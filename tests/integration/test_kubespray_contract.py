@@ -33,7 +33,7 @@ from tests.kubespray_standin import (
     make_archive,
     pinned_to_standin,
 )
-from tests.support import run_record
+from tests.support import KUBESPRAY_ALL_VARS, run_record
 
 pytestmark = pytest.mark.local
 
@@ -135,12 +135,7 @@ def test_cluster_and_reset_contract(workspace, cache):
     }
     files = f"file://{mirror}/files"
     all_vars = {
-        "kube_version": "1.32.10",
-        "container_manager": "containerd",
-        "flush_iptables": False,
-        "reset_restart_network": False,
-        "override_system_hostname": False,
-        "sysctl_file_path": "/etc/sysctl.d/99-kubespray.conf",
+        **KUBESPRAY_ALL_VARS,
         "files_repo": files,
         "github_url": f"{files}/github.com",
         "dl_k8s_io_url": f"{files}/dl.k8s.io",

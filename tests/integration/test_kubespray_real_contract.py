@@ -28,12 +28,11 @@ from decice.kubespray import downloads, offline, render, run, source, venv
 from decice.mirror import Mirror
 from decice.runner import ansible_env
 from tests.kubespray_standin import CONTRACT_SPEC
-from tests.support import DECICE, require
+from tests.support import DECICE, MIRROR, require
 
 pytestmark = pytest.mark.local
 
 REPO = Path(__file__).resolve().parents[2]
-MIRROR = REPO.parent / "shared" / "mirror"
 
 HOSTS = """\
   - {name: cp1, address: 192.0.2.10, roles: [control_plane, etcd]}

@@ -36,13 +36,12 @@ import pytest
 
 from decice import lab
 from tests.integration.labsupport import lab_name, require_lab_prerequisites, ssh
-from tests.support import require, run_decice
+from tests.support import MIRROR, require, run_decice
 
 # its own 3-node lab: a group of its own beside the session labs (tests/suite_groups.py)
 pytestmark = [pytest.mark.lab, pytest.mark.own_lab]
 
 REPO = Path(__file__).resolve().parents[2]
-MIRROR = REPO.parent / "shared" / "mirror"
 UP_LIMIT_S = 600.0
 
 # What Kubespray v2.29.1 sets on a node unless decice's kernel-shared vars stop it

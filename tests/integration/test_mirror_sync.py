@@ -23,6 +23,7 @@ from decice import mirror, paths, versions
 from decice.targets.base import helm_binary
 from tests.support import (
     BIN,
+    MIRROR,
     REPO,
     last_debug_json,
     repack_chart,
@@ -37,7 +38,6 @@ from tests.support import (
 
 pytestmark = pytest.mark.addons
 
-MIRROR = REPO.parent / "shared" / "mirror"
 VOLCANO_SCHEDULER = "docker.io/volcanosh/vc-scheduler:v1.15.1"
 TRAINER = "ghcr.io/kubeflow/trainer/trainer-controller-manager:v2.3.0"
 

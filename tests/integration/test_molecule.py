@@ -19,32 +19,27 @@ import pytest
 from decice.lab.image import ensure_image
 from decice.lab.podman import Podman, write_containers_conf
 from tests.integration.moleculesupport import (
+    assert_refused_unset,
     base_env,
-    molecule_path,
+    require_molecule,
     require_prerequisites,
     run,
 )
-from tests.support import require
 
 # podman nodes from the lab image: with the plain lab's tests (tests/suite_groups.py)
 pytestmark = [pytest.mark.molecule, pytest.mark.lab]
 
 
 def test_unset_image_fails_before_creating_anything(tmp_path: Path):
-    require(molecule_path() is not None, "molecule is not installed (pip install -e .[test])")
     # `test -s default` loads only this scenario's config (`list` loads every
     # scenario's, and would stop at the first unset variable of any of them)
-    env = base_env() | {"MOLECULE_EPHEMERAL_DIRECTORY": str(tmp_path / "ephemeral")}
-    code, out, _ = run(["test", "-s", "default"], env)
-    assert code != 0
-    assert "DECICE_NODE_IMAGE unset" in out, out[-3000:]
-    assert "Executing" not in out, "molecule ran a step before refusing"
+    assert_refused_unset(tmp_path / "ephemeral", "default", "DECICE_NODE_IMAGE", base=True)
 
 
 def test_without_base_config_converge_refuses(tmp_path: Path):
     """Molecule alone finds no platforms; the scenario must fail, not pass on nothing."""
-    require(molecule_path() is not None, "molecule is not installed (pip install -e .[test])")
-    env = base_env() | {"MOLECULE_EPHEMERAL_DIRECTORY": str(tmp_path / "ephemeral")}
+    require_molecule()
+    env = base_env(tmp_path / "ephemeral")
     code, out, _ = run(["converge", "-s", "default"], env, base=False)
     assert code != 0
     assert "no nodes in the inventory" in out, out[-3000:]
@@ -54,10 +49,9 @@ def test_default_scenario(tmp_path: Path):
     require_prerequisites()
     podman = Podman(write_containers_conf(tmp_path / "podman"))
     image = ensure_image(podman)
-    env = base_env() | {
+    env = base_env(tmp_path / "ephemeral") | {
         "DECICE_NODE_IMAGE": image.ref,
         "CONTAINERS_CONF": str(podman.conf),
-        "MOLECULE_EPHEMERAL_DIRECTORY": str(tmp_path / "ephemeral"),
     }
 
     code, out, seconds = run(["test", "-s", "default"], env)

@@ -17,39 +17,31 @@ import pytest
 from decice.sim.binaries.resolve import BinarySet
 from decice.targets.sim import leftover_processes
 from tests.integration.moleculesupport import (
-    MIRROR,
+    assert_refused_unset,
     base_env,
-    molecule_path,
     one_line,
+    require_molecule,
     run,
     section,
 )
-from tests.support import require
+from tests.support import MIRROR, require
 
 pytestmark = [pytest.mark.molecule, pytest.mark.addons]
 
 
 def test_addons_without_mirror_fails_naming_the_variable(tmp_path: Path):
-    require(molecule_path() is not None, "molecule is not installed (pip install -e .[test])")
     ephemeral = tmp_path / "ephemeral"
-    env = base_env() | {"MOLECULE_EPHEMERAL_DIRECTORY": str(ephemeral)}
-    code, out, _ = run(["test", "-s", "addons"], env, base=False)
-    assert code != 0
-    assert "DECICE_MIRROR unset" in out, out[-3000:]
-    assert "Executing" not in out, "molecule ran a step before refusing"
+    assert_refused_unset(ephemeral, "addons", "DECICE_MIRROR", base=False)
     assert not (ephemeral / "decice.yaml").exists()
 
 
 def _addons_env(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """The ephemeral directory and environment of an `addons` scenario run (needs molecule
     and the mirror)."""
-    require(molecule_path() is not None, "molecule is not installed (pip install -e .[test])")
+    require_molecule()
     require((MIRROR / "charts" / "SHA256SUMS").is_file(), f"the add-on mirror {MIRROR}")
     ephemeral = tmp_path / "ephemeral"
-    env = base_env() | {
-        "DECICE_MIRROR": str(MIRROR),
-        "MOLECULE_EPHEMERAL_DIRECTORY": str(ephemeral),
-    }
+    env = base_env(ephemeral) | {"DECICE_MIRROR": str(MIRROR)}
     return ephemeral, env
 
 

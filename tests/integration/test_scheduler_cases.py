@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ from decice.sim.controlplane.loopback import ControlPlane
 from decice_scheduler.cache.resources import node_allocatable, pod_request
 from tests.integration.schedsupport import (
     bound_node,
-    cleanup_pods,
     create_pod,
     failed_scheduling_event,
     group,
@@ -39,7 +37,13 @@ from tests.integration.schedsupport import (
     wait_gone,
     wait_running,
 )
-from tests.integration.simsupport import SchedEnv, SchedulerProc, assert_no_drift, running_env
+from tests.integration.simsupport import (
+    SchedEnv,
+    SchedulerProc,
+    assert_no_drift,
+    running_env,
+    shared_env_fixture,
+)
 from tests.support import wait_for
 
 pytestmark = pytest.mark.scheduler
@@ -57,24 +61,7 @@ GROUPS = [
     group("hostile", 1, cpu="4"),
 ]
 
-
-@pytest.fixture(scope="module")
-def env(
-    sim_binaries: BinarySet,
-    sched_control_plane: ControlPlane,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[SchedEnv]:
-    """The session's scheduler control plane with this module's node groups, namespaces,
-    node agent and decice-scheduler."""
-    work = tmp_path_factory.mktemp("cases")
-    with running_env(sim_binaries, work, GROUPS, (NS, NS2), shared=sched_control_plane) as e:
-        yield e
-
-
-@pytest.fixture
-def core(env: SchedEnv) -> Iterator[client.CoreV1Api]:
-    yield env.core
-    cleanup_pods(env)
+env = shared_env_fixture("cases", GROUPS, (NS, NS2))
 
 
 def stays_unbound(core: client.CoreV1Api, ns: str, name: str, seconds: float) -> bool:

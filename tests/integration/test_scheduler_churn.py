@@ -30,7 +30,6 @@ from decice.sim.binaries.resolve import BinarySet
 from decice_scheduler.cache.resources import Resources, parse_resource_list, pod_request
 from tests.integration.schedsupport import (
     BlackholeProxy,
-    cleanup_pods,
     create_pod,
     group,
     pod,
@@ -71,12 +70,6 @@ def env(sim_binaries: BinarySet, tmp_path_factory: pytest.TempPathFactory) -> It
         sim_binaries, tmp_path_factory.mktemp("churn"), GROUPS, (NS,), sched_extra=extra
     ) as e:
         yield e
-
-
-@pytest.fixture
-def core(env: SchedEnv) -> Iterator[client.CoreV1Api]:
-    yield env.core
-    cleanup_pods(env)
 
 
 def api_pid(env: SchedEnv) -> int:

@@ -13,8 +13,6 @@ import socket
 import subprocess
 import threading
 import urllib.error
-import urllib.request
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,7 +29,7 @@ from decice_scheduler.cache.state import ClusterState
 from decice_scheduler.debugaccess import TOKEN_ENV
 from decice_scheduler.profile import Profile
 from tests.integration.simsupport import ROOT, SchedulerProc, create_namespace
-from tests.support import pod_manifest, wait_for
+from tests.support import http_call, pod_manifest, wait_for
 
 pytestmark = pytest.mark.scheduler
 
@@ -61,26 +59,10 @@ def non_loopback_ipv4() -> str | None:
 def call(
     host: str, port: int, path: str, method: str = "GET", token: str | None = None
 ) -> tuple[int, dict[str, str], bytes]:
-    req = urllib.request.Request(f"http://{host}:{port}{path}", method=method)
-    if token is not None:
-        req.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            return resp.status, dict(resp.headers), resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), exc.read()
+        return http_call(f"http://{host}:{port}{path}", method, token, timeout=60)
     except (urllib.error.URLError, OSError):
         return 0, {}, b""  # not listening (yet)
-
-
-@contextlib.contextmanager
-def running(sched: SchedulerProc) -> Iterator[SchedulerProc]:
-    sched.start()
-    try:
-        yield sched
-    finally:
-        if sched.running():
-            sched.stop()
 
 
 def test_default_bind_is_loopback_only(sim_control_plane: ControlPlaneInfo, tmp_path: Path) -> None:
@@ -89,7 +71,7 @@ def test_default_bind_is_loopback_only(sim_control_plane: ControlPlaneInfo, tmp_
         pytest.skip("this machine has no non-loopback IPv4 address to try")
     sched = SchedulerProc(sim_control_plane.kubeconfig, tmp_path, name="dbg-default")
     assert "--metrics-host" not in scheduler_argv(sim_control_plane.kubeconfig, sched.port)
-    with running(sched):
+    with sched:
         with pytest.raises(OSError), socket.create_connection((address, sched.port), timeout=5):
             pass
         # on loopback, without a token configured: as before
@@ -124,7 +106,7 @@ def test_token_guards_the_debug_endpoints_and_the_audit_is_rate_limited(
     )
     host = non_loopback_ipv4() or "127.0.0.1"
     sched = SchedulerProc(sim_control_plane.kubeconfig, tmp_path, name="dbg-token", extra=extra)
-    with running(sched):
+    with sched:
         assert sched.proc is not None
         cmdline = Path(f"/proc/{sched.proc.pid}/cmdline").read_bytes()
         assert TOKEN.encode() not in cmdline

@@ -52,15 +52,9 @@ def make_nodes(core: client.CoreV1Api, prefix: str, count: int, **capacity: str)
     return names
 
 
-@contextlib.contextmanager
-def scheduler(kubeconfig: Path, workdir: Path, name: str, *extra: str) -> Iterator[SchedulerProc]:
-    sched = SchedulerProc(kubeconfig, workdir, name=name, extra=extra)
-    sched.start()
-    try:
-        yield sched
-    finally:
-        if sched.running():
-            sched.stop()
+def scheduler(kubeconfig: Path, workdir: Path, name: str, *extra: str) -> SchedulerProc:
+    """A decice-scheduler ``name`` with flags ``extra``, for ``with`` (started, stopped)."""
+    return SchedulerProc(kubeconfig, workdir, name=name, extra=extra)
 
 
 @contextlib.contextmanager

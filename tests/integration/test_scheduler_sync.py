@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -18,10 +17,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from decice.sim.binaries.resolve import BinarySet
-from decice.sim.controlplane.loopback import ControlPlane
 from decice_kube.quantity import parse_cpu
-from tests.integration.schedsupport import cleanup_pods, group
+from tests.integration.schedsupport import group
 from tests.integration.simsupport import (
     GROUP_LABEL,
     SCHED,
@@ -29,7 +26,7 @@ from tests.integration.simsupport import (
     SchedulerProc,
     assert_no_drift,
     http,
-    running_env,
+    shared_env_fixture,
 )
 from tests.support import wait_for
 
@@ -52,25 +49,7 @@ GROUPS = [
 
 # ---------------------------------------------------------------- fixtures
 
-
-@pytest.fixture(scope="module")
-def env(
-    sim_binaries: BinarySet,
-    sched_control_plane: ControlPlane,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[SchedEnv]:
-    """The session's scheduler control plane with this module's node groups, namespaces,
-    node agent and decice-scheduler."""
-    work = tmp_path_factory.mktemp("sched")
-    with running_env(sim_binaries, work, GROUPS, (NS,), shared=sched_control_plane) as e:
-        yield e
-
-
-@pytest.fixture
-def core(env: SchedEnv) -> Iterator[client.CoreV1Api]:
-    """The API; every pod of the test namespace is removed afterwards."""
-    yield env.core
-    cleanup_pods(env)
+env = shared_env_fixture("sched", GROUPS, (NS,))
 
 
 # ---------------------------------------------------------------- helpers

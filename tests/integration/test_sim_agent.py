@@ -25,7 +25,7 @@ from tests.integration.simsupport import (
     start_agent,
     stop_process,
 )
-from tests.support import wait_for
+from tests.support import RUNNING_POD_CONDITIONS, wait_for
 
 NS = "agent-test"
 GROUPS = [
@@ -159,12 +159,7 @@ def test_bound_pod_becomes_running(agent: Path, core: client.CoreV1Api) -> None:
     assert pod.status.host_ip == "10.64.0.0"
     assert pod.status.pod_ip and pod.status.start_time
     conds = {c.type: c.status for c in pod.status.conditions}
-    assert conds == {
-        "Initialized": "True",
-        "Ready": "True",
-        "ContainersReady": "True",
-        "PodScheduled": "True",
-    }
+    assert conds == RUNNING_POD_CONDITIONS
     cs = pod.status.container_statuses[0]
     assert cs.ready and cs.state.running.started_at
 

@@ -24,7 +24,7 @@ from ansible_collections.decice.hybrid.plugins.module_utils import chartpin
 from decice import versions
 from decice.targets.base import helm_binary
 from tests.support import (
-    REPO,
+    MIRROR,
     last_debug_json,
     repack_chart,
     require,
@@ -39,7 +39,6 @@ from tests.support import (
 
 pytestmark = pytest.mark.addons
 
-MIRROR = REPO.parent / "shared" / "mirror"
 ORIGIN = {
     "volcano": "url",
     "edgemesh": "url",

@@ -15,11 +15,10 @@ import pytest
 from ansible_collections.decice.hybrid.plugins.module_utils import chartpin
 
 from decice import mirror, paths, versions
-from tests.support import REPO, load_file, repack_chart, require
+from tests.support import MIRROR, REPO, load_file, repack_chart, require
 
 pytestmark = pytest.mark.unit
 
-MIRROR = REPO.parent / "shared" / "mirror"
 SCRIPT = REPO / "scripts" / "chart_content_digest.py"
 
 

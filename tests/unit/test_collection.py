@@ -544,24 +544,7 @@ def test_local_up_baseline_then_verify(tmp_path: Path) -> None:
     assert stat.S_IMODE(baseline.parent.stat().st_mode) == 0o700
     document = json.loads(baseline.read_text())
     assert document["host"] == "localhost"
-    assert set(document["sections"]) == {
-        "hostname",
-        "packages",
-        "services",
-        "ports",
-        "mounts",
-        "swap",
-        "fstab",
-        "sysctls",
-        "modules",
-        "paths",
-        "iptables",
-        "ip6tables",
-        "nftables",
-        "interfaces",
-        "users",
-        "groups",
-    }
+    assert set(document["sections"]) == set(_load_filter("snapshot").SECTIONS)
     assert "root" in document["sections"]["users"]
     assert "lo" in document["sections"]["interfaces"]
     assert document["sections"]["packages"], "no packages observed"

@@ -10,11 +10,10 @@ import pytest
 import yaml
 
 from decice import mirror, mirror_sync, paths, spec, versions
-from tests.support import REPO, require, run_decice, sim_spec
+from tests.support import MIRROR, require, run_decice, sim_spec
 
 pytestmark = pytest.mark.unit
 
-MIRROR = REPO.parent / "shared" / "mirror"
 EDGE = {
     "kubeedge": "cloudcore-1.23.0.tgz",
     "edgemesh": "edgemesh-0.1.0.tgz",

@@ -7,11 +7,9 @@ import pytest
 import yaml
 
 from decice import mirror, paths, versions
-from tests.support import REPO, require
+from tests.support import MIRROR, require
 
 pytestmark = pytest.mark.unit
-
-MIRROR = REPO.parent / "shared" / "mirror"
 
 
 def _defaults() -> dict[str, object]:

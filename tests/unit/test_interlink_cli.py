@@ -72,14 +72,16 @@ def test_bad_partition_account_or_max_pods_exits_2(tmp_path: Path, capsys):
     assert "--max-pods 0" in capsys.readouterr().err
 
 
-def test_max_pods_is_what_ping_reports(tmp_path: Path, monkeypatch):
+def _one_node_in_partition_p(monkeypatch: pytest.MonkeyPatch, node: str) -> None:
+    """SLURM as the plugin asks it: default partition ``p``, its one node as scontrol shows
+    ``node`` (``Partitions=p`` added)."""
     monkeypatch.setattr(slurm, "default_partition", lambda: "p")
-    monkeypatch.setattr(
-        slurm,
-        "nodes",
-        lambda: slurm.parse_nodes(
-            "NodeName=n CPUTot=2 CPUAlloc=2 RealMemory=100 State=ALLOCATED Partitions=p"
-        ),
+    monkeypatch.setattr(slurm, "nodes", lambda: slurm.parse_nodes(f"{node} Partitions=p"))
+
+
+def test_max_pods_is_what_ping_reports(tmp_path: Path, monkeypatch):
+    _one_node_in_partition_p(
+        monkeypatch, "NodeName=n CPUTot=2 CPUAlloc=2 RealMemory=100 State=ALLOCATED"
     )
     ping = Plugin(Config(tmp_path, Runtime("bare"), Defaults(), max_pods=7)).ping()
     assert ping["resources"] == {"cpu": "0", "memory": "100Mi", "pods": "7"}
@@ -88,14 +90,10 @@ def test_max_pods_is_what_ping_reports(tmp_path: Path, monkeypatch):
 def test_ping_counts_what_the_plugins_own_jobs_hold_as_capacity(tmp_path: Path, monkeypatch):
     # other users' jobs shrink the virtual node; this plugin's own do not (the pods bound
     # to the node are counted by the scheduler already)
-    monkeypatch.setattr(slurm, "default_partition", lambda: "p")
-    monkeypatch.setattr(
-        slurm,
-        "nodes",
-        lambda: slurm.parse_nodes(
-            "NodeName=n CPUTot=8 CPUAlloc=5 RealMemory=4096 AllocMem=3072 Gres=gpu:2 "
-            "GresUsed=gpu:2 State=MIXED Partitions=p"
-        ),
+    _one_node_in_partition_p(
+        monkeypatch,
+        "NodeName=n CPUTot=8 CPUAlloc=5 RealMemory=4096 AllocMem=3072 Gres=gpu:2 "
+        "GresUsed=gpu:2 State=MIXED",
     )
     monkeypatch.setattr(
         slurm,

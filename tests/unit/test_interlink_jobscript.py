@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import signal
 import subprocess
@@ -21,7 +22,6 @@ from decice.interlink.jobscript import (
     container_argv,
     write_job_dir,
 )
-from decice.interlink.podspec import parse_pod
 from decice.interlink.slurm import (
     gpu_count,
     parse_default_partition,
@@ -30,7 +30,7 @@ from decice.interlink.slurm import (
     sacct,
 )
 from decice.interlink.status import JobView, container_status
-from tests.support import interlink_request, wait_for
+from tests.support import interlink_pod, wait_for
 
 pytestmark = pytest.mark.unit
 
@@ -39,9 +39,7 @@ REF = PodRef("p", "ns", UID)
 PACKAGE = Path(__file__).resolve().parents[2] / "cli" / "decice" / "interlink"
 
 
-def spec_of(containers: list, init: list | None = None, ann: dict | None = None, **kw):
-    spec = {"containers": containers, "initContainers": init or [], **kw}
-    return parse_pod(interlink_request(UID, spec, ann))
+spec_of = functools.partial(interlink_pod, UID)
 
 
 def cont(name: str, script: str, cpu: str = "1", **extra) -> dict:

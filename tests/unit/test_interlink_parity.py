@@ -5,6 +5,7 @@ apptainer played by a stub that checks what it is given."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from pathlib import Path
@@ -21,8 +22,7 @@ from decice.interlink.jobscript import (
     sbatch_options,
     write_job_dir,
 )
-from decice.interlink.podspec import parse_pod
-from tests.support import interlink_request
+from tests.support import interlink_pod
 
 pytestmark = pytest.mark.unit
 
@@ -30,8 +30,7 @@ UID = "0f6a3c1e-6f5b-4a51-9a53-2d1b9d2f0c12"
 REF = PodRef("p", "ns", UID)
 
 
-def spec_of(containers: list, ann: dict | None = None, delivered: list | None = None, **kw):
-    return parse_pod(interlink_request(UID, {"containers": containers, **kw}, ann, delivered or []))
+spec_of = functools.partial(interlink_pod, UID)
 
 
 def cont(script: str = "true", **extra) -> dict:

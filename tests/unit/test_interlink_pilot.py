@@ -231,6 +231,12 @@ class FakeSlurm:
         pilots.store.put(entry)
 
 
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
+    """SLURM as Pilots.dispatch sees it, faked: what it is asked is recorded."""
+    return FakeSlurm(monkeypatch)
+
+
 def _queued(store: Store, uid: str, cpus: int, at: float) -> Entry:
     entry = _entry(uid=uid, pilot="", node="", state="queued", cpus=cpus, queued_at=at)
     entry.job_dir = f"/d/jobs/hpc-{uid}"
@@ -245,10 +251,7 @@ def _ready(tmp_path: Path, config: PilotConfig, leases: list[Lease]) -> Pilots:
     return p
 
 
-def test_queued_pods_fill_the_pilot_best_fit_and_in_order(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fake = FakeSlurm(monkeypatch)
+def test_queued_pods_fill_the_pilot_best_fit_and_in_order(tmp_path: Path, fake: FakeSlurm) -> None:
     lease = _lease("7", "RUNNING", ("n1", "n2"), 3600)
     p = _ready(tmp_path, PilotConfig(nodes=2, max_pilots=1), [lease])
     for i, cpus in enumerate([1, 2, 1, 1]):
@@ -261,9 +264,8 @@ def test_queued_pods_fill_the_pilot_best_fit_and_in_order(
 
 
 def test_a_waiting_pod_leases_one_more_pilot_up_to_the_limit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, fake: FakeSlurm
 ) -> None:
-    fake = FakeSlurm(monkeypatch)
     full = _lease("7", "RUNNING", ("n1",), 3600)
     p = _ready(tmp_path, PilotConfig(nodes=1, max_pilots=2), [full])
     _queued(p.store, "busy", 2, 0.0)
@@ -282,8 +284,7 @@ def test_a_waiting_pod_leases_one_more_pilot_up_to_the_limit(
     assert ("late", "101", "n2") in fake.launched and len(fake.submitted) == 1
 
 
-def test_pilots_without_pods_are_released(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = FakeSlurm(monkeypatch)
+def test_pilots_without_pods_are_released(tmp_path: Path, fake: FakeSlurm) -> None:
     idle = _lease("7", "RUNNING", ("n1",), 3600)
     pending = _lease("8", "PENDING", (), None)
     p = _ready(tmp_path, PilotConfig(max_pilots=2, idle_release=0.0), [idle, pending])
@@ -298,10 +299,7 @@ def test_pilots_without_pods_are_released(tmp_path: Path, monkeypatch: pytest.Mo
     assert not [c for c in fake.cancelled if c[0] == "9"]
 
 
-def test_a_pilot_near_its_walltime_takes_no_new_pod(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fake = FakeSlurm(monkeypatch)
+def test_a_pilot_near_its_walltime_takes_no_new_pod(tmp_path: Path, fake: FakeSlurm) -> None:
     ending = _lease("7", "RUNNING", ("n1",), 30)
     p = _ready(tmp_path, PilotConfig(max_pilots=1, withdraw=60), [ending])
     _queued(p.store, "u0", 1, 0.0)

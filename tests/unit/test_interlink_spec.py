@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from decice import spec, starter
-from decice.errors import EXIT_BAD_INPUT
+from tests.support import assert_plan_refuses
 
 pytestmark = pytest.mark.unit
 
@@ -175,17 +173,7 @@ def test_the_starter_documents_every_field() -> None:
 def test_bad_endpoint_through_the_cli_exits_2_and_touches_nothing(tmp_path: Path) -> None:
     path = tmp_path / "decice.yaml"
     path.write_text(HEAD + GOOD.replace("/shared/il", "relative/dir"))
-    result = subprocess.run(
-        [sys.executable, "-m", "decice", "plan", "-f", str(path)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        check=False,
-    )
-    assert result.returncode == EXIT_BAD_INPUT, result.stderr
-    assert f"{path}:8:" in result.stderr
-    assert "not an absolute path" in result.stderr
-    assert not (tmp_path / ".decice").exists()
+    assert_plan_refuses(path, tmp_path, 8, "not an absolute path")
 
 
 def _inventory(tmp_path: Path, text: str) -> dict[str, Any]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -93,15 +95,20 @@ def test_too_few_hosts_for_control_plane() -> None:
         inventory.assign_roles(_machines("n1", "n2"), AllocationSpec(control_plane=3))
 
 
+def _built(tmp_path: Path, text: str) -> tuple[spec.LoadedSpec, dict[str, Any]]:
+    """The spec ``text`` (written to tmp_path/decice.yaml) loaded, and its inventory."""
+    (tmp_path / "decice.yaml").write_text(text)
+    loaded = spec.load(None, cwd=tmp_path)
+    return loaded, inventory.build(loaded, inventory.allocate(loaded))
+
+
 def test_static_inventory_with_jump_host(tmp_path: Path) -> None:
     text = (
         "name: x\ntarget: static\nallocation: {jump_host: login01}\nhosts:\n"
         "  - {name: a, address: 10.1.0.1, roles: [control_plane, etcd]}\n"
         "  - {name: b, address: 10.1.0.2, roles: [worker]}\n"
     )
-    (tmp_path / "decice.yaml").write_text(text)
-    loaded = spec.load(None, cwd=tmp_path)
-    inv = inventory.build(loaded, inventory.allocate(loaded))
+    loaded, inv = _built(tmp_path, text)
     hosts = inv["all"]["hosts"]
     assert hosts["a"]["ansible_host"] == "10.1.0.1"
     trust = shlex.join(inventory.trust_options(loaded))
@@ -127,9 +134,8 @@ def test_allocation_vars_apply_to_every_host_and_host_vars_win(tmp_path: Path) -
         "hosts:\n  - {name: a, roles: [control_plane, etcd], vars: {ansible_user: root}}\n"
         "  - {name: b, roles: [worker]}\n"
     )
-    (tmp_path / "decice.yaml").write_text(text)
-    loaded = spec.load(None, cwd=tmp_path)
-    hosts = inventory.build(loaded, inventory.allocate(loaded))["all"]["hosts"]
+    _, inv = _built(tmp_path, text)
+    hosts = inv["all"]["hosts"]
     assert hosts["a"]["ansible_user"] == "root"
     assert hosts["b"]["ansible_user"] == "hpc"
     assert hosts["a"]["prepare_kernel_wide"] is False
@@ -141,9 +147,7 @@ def test_user_values_enter_the_inventory_unsafe(tmp_path: Path) -> None:
         "hosts:\n  - name: a\n    address: 10.1.0.1\n    roles: [control_plane, etcd]\n"
         "    vars: {nested: {k: ['{{ 7 * 7 }}', 3]}, ansible_connection: local}\n"
     )
-    (tmp_path / "decice.yaml").write_text(text)
-    loaded = spec.load(None, cwd=tmp_path)
-    inv = inventory.build(loaded, inventory.allocate(loaded))
+    _, inv = _built(tmp_path, text)
     path = tmp_path / "inventory.yml"
     inventory.write(inv, path)
     written = path.read_text()
@@ -172,11 +176,8 @@ def test_ssh_options_are_quoted_arguments(tmp_path: Path) -> None:
         "allocation: {jump_host: 'hpc@login01:2222,[fd00::1]:22', ssh_config: my ssh config}\n"
         "hosts:\n  - {name: a, roles: [control_plane, etcd]}\n"
     )
-    (tmp_path / "decice.yaml").write_text(text)
-    loaded = spec.load(None, cwd=tmp_path)
-    args = inventory.build(loaded, inventory.allocate(loaded))["all"]["hosts"]["a"][
-        "ansible_ssh_common_args"
-    ]
+    loaded, inv = _built(tmp_path, text)
+    args = inv["all"]["hosts"]["a"]["ansible_ssh_common_args"]
     assert shlex.split(args) == [
         "-F",
         str(config),
@@ -200,9 +201,9 @@ def test_invalid_host_names(name: str) -> None:
     assert checks.host_name_problem(name)
 
 
-@pytest.mark.parametrize(
-    ("address", "ok"),
-    [
+# (what a check accepts: True, refuses: False) for each check of one inventory value
+_ACCEPTS: dict[Callable[[Any], str | None], list[tuple[object, bool]]] = {
+    checks.address_problem: [
         ("10.0.0.1", True),
         ("fd00::1", True),
         ("fe80::1%eth0", True),
@@ -213,14 +214,7 @@ def test_invalid_host_names(name: str) -> None:
         ("::g", False),
         ("{{ x }}", False),
     ],
-)
-def test_addresses(address: str, ok: bool) -> None:
-    assert (checks.address_problem(address) is None) is ok
-
-
-@pytest.mark.parametrize(
-    ("jump", "ok"),
-    [
+    checks.jump_host_problem: [
         ("login01", True),
         ("hpc@login01:2222", True),
         ("a@[fd00::1]:22,b.example", True),
@@ -232,16 +226,22 @@ def test_addresses(address: str, ok: bool) -> None:
         ("login01 -E /tmp/x", False),
         ("-oProxyCommand=x", False),
     ],
-)
-def test_jump_hosts(jump: str, ok: bool) -> None:
-    assert (checks.jump_host_problem(jump) is None) is ok
+    checks.port_problem: [(22, True), ("2222", True), (True, False), (0, False), (65536, False)],
+}
 
 
 @pytest.mark.parametrize(
-    ("port", "ok"), [(22, True), ("2222", True), (True, False), (0, False), (65536, False)]
+    ("check", "value", "ok"),
+    [
+        pytest.param(check, value, ok, id=f"{check.__name__}-{value!r}")
+        for check, cases in _ACCEPTS.items()
+        for value, ok in cases
+    ],
 )
-def test_ports(port: object, ok: bool) -> None:
-    assert (checks.port_problem(port) is None) is ok
+def test_address_jump_host_and_port_checks(
+    check: Callable[[Any], str | None], value: object, ok: bool
+) -> None:
+    assert (check(value) is None) is ok
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from decice.errors import InputError, RunFailedError
 from decice.kubespray import edge, render, run, source
 from decice.mirror import Mirror
 from decice_kube.client import Client, KubeConfig
+from tests.support import KUBESPRAY_ALL_VARS
 
 pytestmark = pytest.mark.unit
 
@@ -127,14 +128,7 @@ def test_group_vars_without_mirror(tmp_path):
         kube_version="1.32.10", network_plugin="calico", artifacts_dir=tmp_path / "art"
     )
     assert render.group_vars(settings) == {
-        "all": {
-            "kube_version": "1.32.10",
-            "container_manager": "containerd",
-            "flush_iptables": False,
-            "reset_restart_network": False,
-            "override_system_hostname": False,
-            "sysctl_file_path": "/etc/sysctl.d/99-kubespray.conf",
-        },
+        "all": KUBESPRAY_ALL_VARS,
         "k8s_cluster": {
             "kube_network_plugin": "calico",
             "kubeconfig_localhost": True,

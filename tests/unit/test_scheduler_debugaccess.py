@@ -9,8 +9,6 @@ import json
 import os
 import re
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +28,7 @@ from decice_scheduler.debugaccess import (
     require_token_off_loopback,
 )
 from decice_scheduler.metrics import Metrics, MetricsServer
-from tests.support import wait_for
+from tests.support import http_call, wait_for
 
 pytestmark = pytest.mark.unit
 
@@ -185,14 +183,7 @@ def test_audit_window_zero_grants_always_and_negative_is_refused() -> None:
 def request(
     port: int, path: str, method: str = "GET", token: str | None = None
 ) -> tuple[int, dict[str, str], bytes]:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method)
-    if token is not None:
-        req.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return resp.status, dict(resp.headers), resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), exc.read()
+    return http_call(f"http://127.0.0.1:{port}{path}", method, token, timeout=10)
 
 
 class Calls:

@@ -290,12 +290,18 @@ def test_two_complete_groups_the_first_tried_wins_whole() -> None:
     assert any("pod group default/b" in m for m in h.events.for_pod("b0"))
 
 
-def test_member_deleted_or_terminating_while_reserved_releases_its_reservation() -> None:
+def _three_of_four_reserved() -> Harness:
+    """Four nodes; three members of group g (min member 4) came: reserved, none bound."""
     h = Harness(4)
     for i in range(3):
         h.add(member(f"m{i}", "g", 4))
     h.drain()
     assert h.assumed() == {"m0", "m1", "m2"}
+    return h
+
+
+def test_member_deleted_or_terminating_while_reserved_releases_its_reservation() -> None:
+    h = _three_of_four_reserved()
     h.delete("m1")
     assert h.assumed() == {"m0", "m2"}
     assert len(h.group("g")["reserved"]) == 2
@@ -321,11 +327,7 @@ def test_members_disagreeing_largest_min_member_and_shortest_timeout_apply() -> 
 
 
 def test_member_relabelled_or_bound_elsewhere_while_reserved_releases_it() -> None:
-    h = Harness(4)
-    for i in range(3):
-        h.add(member(f"m{i}", "g", 4))
-    h.drain()
-    assert h.assumed() == {"m0", "m1", "m2"}
+    h = _three_of_four_reserved()
     moved = member("m0", "other", 4)
     moved["metadata"]["uid"] = h.pods["m0"]["metadata"]["uid"]
     h.pods["m0"] = moved

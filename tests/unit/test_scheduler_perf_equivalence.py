@@ -1,11 +1,12 @@
 """The fast scheduling path decides exactly like the plain per-node plugin calls.
 
-``reference_schedule_one`` is the scheduling cycle as it was before the batch hooks
-(``FilterPlugin.prepare``, ``ScorePlugin.score_nodes``) and the snapshot/index work:
-every filter called per node, every score per node, ``normalize`` on a dict. Random
-clusters (taints, labels, cordons, GPUs, load) and random pods (selectors, affinity,
-tolerations, placement annotations, GPU requests, node names) must give identical
-``Decision`` objects, including reasons, counts and the rotation index.
+``reference_schedule_one`` is the scheduling cycle (``run_cycle``) with its two parts as
+they were before the batch hooks (``FilterPlugin.prepare``, ``ScorePlugin.score_nodes``)
+and the snapshot/index work: every filter called per node, every score per node,
+``normalize`` on a dict. Random clusters (taints, labels, cordons, GPUs, load) and
+random pods (selectors, affinity, tolerations, placement annotations, GPU requests, node
+names) must give identical ``Decision`` objects, including reasons, counts and the
+rotation index.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from decice_scheduler.cache.state import ClusterState
 from decice_scheduler.framework import MAX_SCORE, Code
 from decice_scheduler.plugins.allocation import LeastAllocated
 from decice_scheduler.profile import Profile
-from decice_scheduler.scheduling import Decision, feasible_target, schedule_one
+from decice_scheduler.scheduling import Decision, run_cycle, schedule_one
 
 pytestmark = pytest.mark.unit
 
@@ -31,15 +32,11 @@ GPU = "nvidia.com/gpu"
 ZONES = ("z0", "z1", "z2")
 
 
-def reference_schedule_one(
-    pod: PodInfo, snapshot: Snapshot, profile: Profile, start_index: int = 0
-) -> Decision:
+def reference_scan(
+    pod: PodInfo, snapshot: Snapshot, profile: Profile, start: int, target: int
+) -> tuple[list[NodeInfo], int, dict[str, int]]:
     nodes = snapshot.nodes
     total = len(nodes)
-    if total == 0:
-        return Decision(None)
-    target = feasible_target(total, profile.percentage_of_nodes_to_score)
-    start = start_index % total
     feasible: list[NodeInfo] = []
     reasons: dict[str, int] = {}
     evaluated = 0
@@ -56,12 +53,10 @@ def reference_schedule_one(
             feasible.append(node)
             if len(feasible) >= target:
                 break
-    next_start = (start + evaluated) % total
-    if not feasible:
-        return Decision(None, 0, 0, evaluated, reasons, next_start)
-    if len(feasible) == 1 or not profile.scores:
-        only = min(feasible, key=lambda n: n.name) if len(feasible) > 1 else feasible[0]
-        return Decision(only.name, 0, len(feasible), evaluated, {}, next_start)
+    return feasible, evaluated, reasons
+
+
+def reference_pick(pod: PodInfo, profile: Profile, feasible: list[NodeInfo]) -> tuple[str, int]:
     totals = dict.fromkeys((n.name for n in feasible), 0)
     for plugin, weight in profile.scores:
         scores = {n.name: plugin.score(pod, n) for n in feasible}
@@ -69,8 +64,13 @@ def reference_schedule_one(
         for name, value in scores.items():
             assert 0 <= value <= MAX_SCORE
             totals[name] += weight * value
-    best = min(totals.items(), key=lambda item: (-item[1], item[0]))
-    return Decision(best[0], best[1], len(feasible), evaluated, {}, next_start)
+    return min(totals.items(), key=lambda item: (-item[1], item[0]))
+
+
+def reference_schedule_one(
+    pod: PodInfo, snapshot: Snapshot, profile: Profile, start_index: int = 0
+) -> Decision:
+    return run_cycle(pod, snapshot, profile, start_index, reference_scan, reference_pick)
 
 
 def random_node(rng: random.Random, i: int) -> dict[str, Any]:

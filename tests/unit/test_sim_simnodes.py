@@ -13,6 +13,7 @@ from decice.sim.agent import simnodes
 from decice.sim.agent.run import NodeAgent
 from decice.spec_model import SimNodeGroup
 from decice_scheduler.cache.resources import Resources, node_allocatable, pod_request
+from tests.support import RUNNING_POD_CONDITIONS
 
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -163,12 +164,7 @@ def test_status_patches_carry_uid_precondition_and_kubelet_fields():
     st = running["status"]
     assert st["phase"] == "Running" and st["podIP"] == "10.128.0.7"
     assert st["hostIP"] == "10.64.0.1" and st["startTime"] == "2025-01-02T03:04:05Z"
-    assert {c["type"]: c["status"] for c in st["conditions"]} == {
-        "Initialized": "True",
-        "Ready": "True",
-        "ContainersReady": "True",
-        "PodScheduled": "True",
-    }
+    assert {c["type"]: c["status"] for c in st["conditions"]} == RUNNING_POD_CONDITIONS
     assert st["containerStatuses"][0]["state"] == {"running": {"startedAt": "2025-01-02T03:04:05Z"}}
     assert st["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
     done = simnodes.finished_status(p, NOW, NOW, 2)["status"]

@@ -26,6 +26,7 @@ from decice.sim.agent.vkubelet import (
     VirtualKubelets,
 )
 from decice.spec_model import SimNodeGroup, SimSpec
+from tests.support import RUNNING_POD_CONDITIONS
 
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -399,12 +400,7 @@ def test_status_patch() -> None:
     status = patch["status"]
     assert patch["metadata"] == {"uid": "u1"}
     assert status["phase"] == "Running" and status["startTime"] == "2025-01-02T03:04:05Z"
-    assert {c["type"]: c["status"] for c in status["conditions"]} == {
-        "Initialized": "True",
-        "Ready": "True",
-        "ContainersReady": "True",
-        "PodScheduled": "True",
-    }
+    assert {c["type"]: c["status"] for c in status["conditions"]} == RUNNING_POD_CONDITIONS
     failed = vkmodel.failed_patch(p, "Unrunnable", "no limits", NOW)
     assert failed["status"] == {
         "phase": "Failed",
@@ -498,6 +494,11 @@ class Harness:
     def round(self) -> None:
         asyncio.run(self.vk._node_round(self.node))
 
+    def add(self, p: dict[str, Any]) -> None:
+        """The watch sees pod ``p`` added; then one round of the backed node."""
+        self.vk.on_pod("ADDED", p)
+        self.round()
+
     def patches(self) -> list[dict[str, Any]]:
         return [args[2] for name, args in self.writes if name == "_patch_status"]
 
@@ -505,8 +506,7 @@ class Harness:
 @pytest.mark.unit
 def test_new_pod_is_created_once_then_followed(tmp_path: Path) -> None:
     h = Harness(tmp_path)
-    h.vk.on_pod("ADDED", pod())
-    h.round()
+    h.add(pod())
     assert h.plugin.created == ["u1"]
     assert h.vk.pods["u1"].state == "tracked" and h.vk.pods["u1"].jid == "1"
     assert h.patches()[-1]["status"]["phase"] == "Pending"
@@ -534,8 +534,7 @@ def test_new_pod_is_created_once_then_followed(tmp_path: Path) -> None:
 def test_restart_does_not_submit_twice(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     h.plugin.known["u1"] = remote(cs("main", running={})) | {"UID": "u1"}
-    h.vk.on_pod("ADDED", pod(phase="Running"))
-    h.round()
+    h.add(pod(phase="Running"))
     assert h.plugin.created == []
     assert h.vk.pods["u1"].state == "tracked" and h.vk.pods["u1"].jid == "42"
 
@@ -544,8 +543,7 @@ def test_restart_does_not_submit_twice(tmp_path: Path) -> None:
 def test_lost_answer_is_looked_up_before_a_second_create(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     h.plugin.create_error = True  # submitted, but the answer never arrived
-    h.vk.on_pod("ADDED", pod())
-    h.round()
+    h.add(pod())
     assert h.vk.pods["u1"].state == "check"
     h.plugin.create_error = False
     h.round()
@@ -557,8 +555,7 @@ def test_lost_answer_is_looked_up_before_a_second_create(tmp_path: Path) -> None
 def test_refused_create_fails_the_pod(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     h.plugin.refuse = (422, '{"error": "pod has no cpu/memory limits or requests"}')
-    h.vk.on_pod("ADDED", pod())
-    h.round()
+    h.add(pod())
     patch = h.patches()[-1]["status"]
     assert patch["phase"] == "Failed"
     assert patch["message"] == "pod has no cpu/memory limits or requests"
@@ -570,8 +567,7 @@ def test_refused_create_fails_the_pod(tmp_path: Path) -> None:
 @pytest.mark.unit
 def test_unknown_running_pod_is_lost(tmp_path: Path) -> None:
     h = Harness(tmp_path)
-    h.vk.on_pod("ADDED", pod(phase="Running"))
-    h.round()
+    h.add(pod(phase="Running"))
     assert h.plugin.created == []
     assert h.patches()[-1]["status"]["reason"] == "ProviderLost"
 
@@ -580,8 +576,7 @@ def test_unknown_running_pod_is_lost(tmp_path: Path) -> None:
 def test_plugin_down_keeps_the_pod_waiting(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     h.plugin.status_error = True
-    h.vk.on_pod("ADDED", pod())
-    h.round()
+    h.add(pod())
     assert h.vk.pods["u1"].state == "check" and h.plugin.created == []
     assert h.node.error.startswith("/status: down")
 
@@ -608,8 +603,7 @@ def test_missing_secret_waits(tmp_path: Path) -> None:
 @pytest.mark.unit
 def test_delete_goes_through_the_plugin_then_force_deletes(tmp_path: Path) -> None:
     h = Harness(tmp_path)
-    h.vk.on_pod("ADDED", pod())
-    h.round()
+    h.add(pod())
     h.vk.on_pod("MODIFIED", pod(deleting=True))
     h.round()
     assert h.plugin.deleted == ["u1"]
@@ -861,8 +855,7 @@ def test_secret_values_never_logged(tmp_path: Path, caplog: pytest.LogCaptureFix
 
     h.vk._fetch = refs  # type: ignore[method-assign]
     env = [{"name": "S", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "PASS"}}}]
-    h.vk.on_pod("ADDED", pod(containers=[{"name": "main", "env": env}]))
-    h.round()
+    h.add(pod(containers=[{"name": "main", "env": env}]))
     assert h.plugin.created == ["u1"]
     assert "hunter2" not in caplog.text and b64("hunter2") not in caplog.text
 
@@ -871,8 +864,7 @@ def test_secret_values_never_logged(tmp_path: Path, caplog: pytest.LogCaptureFix
 def test_transient_refusal_is_retried(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     h.plugin.refuse = (401, "missing or wrong bearer token")
-    h.vk.on_pod("ADDED", pod())
-    h.round()
+    h.add(pod())
     assert h.vk.pods["u1"].state == "create" and h.patches() == []
     assert h.node.error == "/create: HTTP 401 missing or wrong bearer token"
     h.plugin.refuse = None
@@ -884,8 +876,7 @@ def test_transient_refusal_is_retried(tmp_path: Path) -> None:
 def test_delete_retried_then_forced_after_the_grace(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     h.vk.delete_grace = 0.2
-    h.vk.on_pod("ADDED", pod())
-    h.round()
+    h.add(pod())
 
     async def down(pod: Mapping[str, Any]) -> None:
         raise PluginError("connection refused")

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from decice import spec
-from decice.errors import EXIT_BAD_INPUT, InputError
+from decice.errors import InputError
+from tests.support import assert_plan_refuses
 
 pytestmark = pytest.mark.unit
 
 BAD = sorted((Path(__file__).parent.parent / "data" / "bad_specs").glob("*.yaml"))
-DECICE = [sys.executable, "-m", "decice"]
 
 
 def _expectations(path: Path) -> tuple[int, str]:
@@ -29,18 +27,7 @@ def _expectations(path: Path) -> tuple[int, str]:
 @pytest.mark.parametrize("path", BAD, ids=[p.stem for p in BAD])
 def test_bad_spec_names_file_and_line(path: Path, tmp_path: Path) -> None:
     line, message = _expectations(path)
-    result = subprocess.run(
-        [*DECICE, "plan", "-f", str(path)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        check=False,
-    )
-    assert result.returncode == EXIT_BAD_INPUT, result.stderr
-    assert f"{path}:{line}:" in result.stderr
-    assert message in result.stderr
-    assert "Traceback" not in result.stderr
-    assert not (tmp_path / ".decice").exists(), "bad input must touch nothing"
+    assert_plan_refuses(path, tmp_path, line, message)
 
 
 def test_corpus_is_not_empty() -> None:

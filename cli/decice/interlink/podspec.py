@@ -278,6 +278,10 @@ def _select(data: dict[str, bytes], items: list[dict[str, Any]] | None, what: st
     return chosen
 
 
+# volumes of objects delivered with the pod: kind -> (the key naming the object, secret)
+_DELIVERED = {"configMap": ("name", False), "secret": ("secretName", True)}
+
+
 def _volume(
     vol: dict[str, Any], delivered: Volumes, label: str, spec_volumes: dict[str, Volume]
 ) -> Volume:
@@ -289,20 +293,15 @@ def _volume(
     what = _where(label, f"volume {name}")
     if "emptyDir" in vol:
         return Volume(name)
-    if "configMap" in vol:
-        cm_name = str((vol["configMap"] or {}).get("name"))
-        cm = _find(delivered.configmaps, cm_name)
-        if cm is None:
-            raise Unrunnable(f"{what}: configMap {cm_name} was not delivered with the pod")
-        items = (vol["configMap"] or {}).get("items")
-        return Volume(name, _select(_configmap_data(cm), items, what))
-    if "secret" in vol:
-        s_name = str((vol["secret"] or {}).get("secretName"))
-        secret = _find(delivered.secrets, s_name)
-        if secret is None:
-            raise Unrunnable(f"{what}: secret {s_name} was not delivered with the pod")
-        items = (vol["secret"] or {}).get("items")
-        return Volume(name, _select(_secret_data(secret), items, what), secret=True)
+    for kind, (ref_key, secret) in _DELIVERED.items():
+        if kind in vol:
+            source = vol[kind] or {}
+            ref = str(source.get(ref_key))
+            obj = _find(delivered.secrets if secret else delivered.configmaps, ref)
+            if obj is None:
+                raise Unrunnable(f"{what}: {kind} {ref} was not delivered with the pod")
+            data = _secret_data(obj) if secret else _configmap_data(obj)
+            return Volume(name, _select(data, source.get("items"), what), secret=secret)
     if "projected" in vol:
         pm = _find(delivered.projected, name)
         files = {}

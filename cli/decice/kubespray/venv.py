@@ -17,6 +17,7 @@ from pathlib import Path
 
 from decice.errors import RunFailedError
 from decice.kubespray import source
+from decice.paths import Subpath
 
 MARKER = "decice-requirements.sha256"
 PIP_TIMEOUT_S = 1800
@@ -33,17 +34,9 @@ class KubesprayEnv:
     window: tuple[str, str]
     built: bool  # built by this call (False: reused)
 
-    @property
-    def bin_dir(self) -> Path:
-        return self.path / "bin"
-
-    @property
-    def python(self) -> Path:
-        return self.bin_dir / "python"
-
-    @property
-    def ansible_playbook(self) -> Path:
-        return self.bin_dir / "ansible-playbook"
+    bin_dir = Subpath("path", "bin")
+    python = Subpath("bin_dir", "python")
+    ansible_playbook = Subpath("bin_dir", "ansible-playbook")
 
 
 def requirements_key(checkout: Path) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 from decice import proctree
 from decice.lab.errors import LabError
 from decice.lab.host import ensure_commands, run
+from decice.paths import Subpath
 
 log = logging.getLogger("decice.lab")
 
@@ -41,29 +42,13 @@ class MungePaths:
     directory: Path
     runtime: Path
 
-    @property
-    def node_key(self) -> Path:  # owned by the containers' munge uid, mounted read-only
-        return self.directory / "munge.key"
-
-    @property
-    def host_key(self) -> Path:  # owned by root, read by the host munged
-        return self.directory / "host.key"
-
-    @property
-    def socket(self) -> Path:
-        return self.runtime / "munge.socket"
-
-    @property
-    def pid_file(self) -> Path:
-        return self.runtime / "munged.pid"
-
-    @property
-    def log_file(self) -> Path:
-        return self.directory / "munged.log"
-
-    @property
-    def seed_file(self) -> Path:
-        return self.runtime / "munged.seed"
+    # owned by the containers' munge uid, mounted read-only
+    node_key = Subpath("directory", "munge.key")
+    host_key = Subpath("directory", "host.key")  # owned by root, read by the host munged
+    socket = Subpath("runtime", "munge.socket")
+    pid_file = Subpath("runtime", "munged.pid")
+    log_file = Subpath("directory", "munged.log")
+    seed_file = Subpath("runtime", "munged.seed")
 
 
 def write_keys(paths: MungePaths, munge_uid: int, munge_gid: int) -> None:

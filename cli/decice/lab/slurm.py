@@ -14,6 +14,7 @@ from decice.lab.host import ensure_commands, run
 from decice.lab.model import LabNode
 from decice.lab.munge import MungePaths, runtime_dir, write_keys
 from decice.lab.slurmconf import render_slurm_conf
+from decice.paths import Subpath
 
 IDLE_TIMEOUT = 90.0
 NODE_CONF = "/etc/slurm/slurm.conf"
@@ -24,17 +25,9 @@ NODE_KEY = "/etc/munge/munge.key"
 class SlurmFiles:
     directory: Path
 
-    @property
-    def node_conf(self) -> Path:  # mounted into every container
-        return self.directory / "nodes" / "slurm.conf"
-
-    @property
-    def host_conf(self) -> Path:  # the submit host's copy (AuthInfo=socket=...)
-        return self.directory / "slurm.conf"
-
-    @property
-    def env_file(self) -> Path:
-        return self.directory / "env.sh"
+    node_conf = Subpath("directory", "nodes", "slurm.conf")  # mounted into every container
+    host_conf = Subpath("directory", "slurm.conf")  # the submit host's copy (AuthInfo=socket=...)
+    env_file = Subpath("directory", "env.sh")
 
     @property
     def munge(self) -> MungePaths:

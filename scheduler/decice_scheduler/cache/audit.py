@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
 from decice_kube.client import Client
@@ -61,30 +61,21 @@ def _key(d: NodeDrift) -> tuple[Any, ...]:
     return (d.node, repr(d.ours), repr(d.theirs), d.only_ours, d.only_theirs)
 
 
+@dataclass(eq=False)
 class Auditor:
     """Audits ``state`` against fresh LISTs made with clients from ``client_factory``
     (one per audit, created and closed on the worker thread)."""
 
-    def __init__(
-        self,
-        client_factory: Callable[[], Client],
-        state: ClusterState,
-        sync: Sync,
-        metrics: Metrics,
-        *,
-        attempts: int = 3,
-        settle: float = 1.0,
-        repair: bool = True,
-    ) -> None:
-        self.client_factory = client_factory
-        self.state = state
-        self.sync = sync
-        self.metrics = metrics
-        self.attempts = attempts
-        self.settle = settle
-        self.repair = repair
-        self._lock = asyncio.Lock()
-        self.last: AuditResult | None = None
+    client_factory: Callable[[], Client]
+    state: ClusterState
+    sync: Sync
+    metrics: Metrics
+    _: KW_ONLY
+    attempts: int = 3
+    settle: float = 1.0
+    repair: bool = True
+    _lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
+    last: AuditResult | None = field(init=False, default=None)
 
     async def audit(self) -> AuditResult:
         async with self._lock:

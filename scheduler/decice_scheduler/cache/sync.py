@@ -15,6 +15,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from decice_kube.client import ApiError, Client, Gone
@@ -37,35 +38,26 @@ class _Relist(Exception):
         super().__init__(reason)
 
 
+@dataclass(eq=False)
 class Sync:
-    def __init__(
-        self,
-        client: Client,
-        state: ClusterState,
-        queue: SchedulingQueue,
-        metrics: Metrics,
-        scheduler_name: str,
-        *,
-        watch_timeout: int = 60,
-        on_pod_gone: Callable[[str], None] | None = None,
-    ) -> None:
-        self.client = client
-        self.state = state
-        self.queue = queue
-        self.metrics = metrics
-        self.scheduler_name = scheduler_name
-        self.watch_timeout = watch_timeout
-        self.on_pod_gone = on_pod_gone
-        # every pod event (after state and queue applied it), and every full LIST: the
-        # gang placement's view of group members (decice_scheduler.gang.placement)
-        self.on_pod_event: Callable[[str, Mapping[str, Any]], None] | None = None
-        self.on_pods_listed: Callable[[list[dict[str, Any]]], None] | None = None
-        self.ready = asyncio.Event()
-        self.relists = 0
-        self.rounds = 0
-        self.resource_versions: dict[str, str] = {}
-        self._repair = asyncio.Event()
-        self._repair_reason = ""
+    client: Client
+    state: ClusterState
+    queue: SchedulingQueue
+    metrics: Metrics
+    scheduler_name: str
+    _: KW_ONLY
+    watch_timeout: int = 60
+    on_pod_gone: Callable[[str], None] | None = None
+    # every pod event (after state and queue applied it), and every full LIST: the
+    # gang placement's view of group members (decice_scheduler.gang.placement)
+    on_pod_event: Callable[[str, Mapping[str, Any]], None] | None = field(init=False, default=None)
+    on_pods_listed: Callable[[list[dict[str, Any]]], None] | None = field(init=False, default=None)
+    ready: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+    relists: int = field(init=False, default=0)
+    rounds: int = field(init=False, default=0)
+    resource_versions: dict[str, str] = field(init=False, default_factory=dict)
+    _repair: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+    _repair_reason: str = field(init=False, default="")
 
     # ------------------------------------------------------------ public
 

@@ -40,7 +40,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Protocol
 
 from decice_scheduler.cache.objects import is_terminal, is_terminating, pod_node_name, pod_uid
@@ -94,35 +94,27 @@ class Group:
         return spec is not None and len(self.bound) + len(self.binding) >= spec.min_member
 
 
+@dataclass(eq=False)
 class GangScheduler:
     """The group side of the scheduling loop; see the module docstring."""
 
-    def __init__(
-        self,
-        state: ClusterState,
-        queue: SchedulingQueue,
-        profile: Profile,
-        binder: _Binder,
-        events: _Events,
-        metrics: Metrics,
-        store: PodGroupStore,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.state = state
-        self.queue = queue
-        self.profile = profile
-        self.binder = binder
-        self.events = events
-        self.metrics = metrics
-        self.store = store
-        self._clock = clock
-        self._groups: dict[GroupKey, Group] = {}
-        self._member_of: dict[str, GroupKey] = {}
-        self._waiting: set[GroupKey] = set()  # groups holding reservations
-        self._lock = threading.Lock()  # /debug/state reads from the HTTP thread
-        self.placed_total = 0
-        self.timeouts_total = 0
+    state: ClusterState
+    queue: SchedulingQueue
+    profile: Profile
+    binder: _Binder
+    events: _Events
+    metrics: Metrics
+    store: PodGroupStore
+    _: KW_ONLY
+    clock: Callable[[], float] = time.monotonic
+    _groups: dict[GroupKey, Group] = field(init=False, default_factory=dict)
+    _member_of: dict[str, GroupKey] = field(init=False, default_factory=dict)
+    # groups holding reservations
+    _waiting: set[GroupKey] = field(init=False, default_factory=set)
+    # /debug/state reads from the HTTP thread
+    _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+    placed_total: int = field(init=False, default=0)
+    timeouts_total: int = field(init=False, default=0)
 
     # ------------------------------------------------------------ pod events (sync)
 
@@ -282,7 +274,7 @@ class GangScheduler:
             fits.append((u, member, decision.node))
         have = len(group.bound) + len(group.binding) + len(group.reserved)
         need = spec.min_member - have
-        now = self._clock()
+        now = self.clock()
         if len(fits) >= need:
             self._bind_all(group, fits, placed_before, spec)
             for u, message in unfit.items():
@@ -365,7 +357,7 @@ class GangScheduler:
 
     def tick(self) -> None:
         """Release the reservations of groups past their deadline; refresh the gauges."""
-        now = self._clock()
+        now = self.clock()
         with self._lock:
             for key in list(self._waiting):
                 group = self._groups.get(key)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from decice_kube.client import ApiError, Client, Gone
@@ -165,24 +165,17 @@ class PodGroupStore:
         return self.specs.get(key)
 
 
+@dataclass(eq=False)
 class PodGroupWatch:
     """List + watch of PodGroups into a store; ``on_change`` after every change."""
 
-    def __init__(
-        self,
-        client: Client,
-        store: PodGroupStore,
-        on_change: Callable[[], None],
-        *,
-        watch_timeout: int = 60,
-        probe_interval: float = 60.0,
-    ) -> None:
-        self.client = client
-        self.store = store
-        self.on_change = on_change
-        self.watch_timeout = watch_timeout
-        self.probe_interval = probe_interval
-        self._said_off = False
+    client: Client
+    store: PodGroupStore
+    on_change: Callable[[], None]
+    _: KW_ONLY
+    watch_timeout: int = 60
+    probe_interval: float = 60.0
+    _said_off: bool = field(init=False, default=False)
 
     async def probe(self) -> bool:
         """Is ``podgroups`` served in scheduling.x-k8s.io/v1alpha1 and may we read it?"""

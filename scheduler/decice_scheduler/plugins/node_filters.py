@@ -11,16 +11,22 @@ __all__ = ["NodeAffinity", "NodeName", "NodeSelector", "NodeUnschedulable"]
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 
 
-class NodeUnschedulable(FilterPlugin):
+class _NodeCheck(FilterPlugin):
+    """A filter written once, as its per-pod node check: ``filter`` runs ``prepare``'s."""
+
+    def filter(self, pod: PodInfo, node: NodeInfo) -> Status:
+        check = self.prepare(pod)
+        return SUCCESS if check is None else check(node)
+
+    def prepare(self, pod: PodInfo) -> FilterFn | None:
+        raise NotImplementedError
+
+
+class NodeUnschedulable(_NodeCheck):
     """Cordoned nodes (spec.unschedulable) only take pods that tolerate the cordon taint."""
 
     name = "NodeUnschedulable"
     _REJECT = Status.unschedulable("node(s) were unschedulable", unresolvable=True)
-
-    def filter(self, pod: PodInfo, node: NodeInfo) -> Status:
-        if node.unschedulable and not pod.tolerates(UNSCHEDULABLE_TAINT, "", "NoSchedule"):
-            return self._REJECT
-        return SUCCESS
 
     def prepare(self, pod: PodInfo) -> FilterFn | None:
         if pod.tolerates(UNSCHEDULABLE_TAINT, "", "NoSchedule"):
@@ -29,18 +35,13 @@ class NodeUnschedulable(FilterPlugin):
         return lambda node: reject if node.unschedulable else SUCCESS
 
 
-class NodeName(FilterPlugin):
+class NodeName(_NodeCheck):
     """A pod that names a node (spec.nodeName) fits only that node."""
 
     name = "NodeName"
     _REJECT = Status.unschedulable(
         "node(s) didn't match the requested node name", unresolvable=True
     )
-
-    def filter(self, pod: PodInfo, node: NodeInfo) -> Status:
-        if pod.node_name is not None and pod.node_name != node.name:
-            return self._REJECT
-        return SUCCESS
 
     def prepare(self, pod: PodInfo) -> FilterFn | None:
         wanted = pod.node_name
@@ -50,18 +51,11 @@ class NodeName(FilterPlugin):
         return lambda node: SUCCESS if node.name == wanted else reject
 
 
-class NodeSelector(FilterPlugin):
+class NodeSelector(_NodeCheck):
     """spec.nodeSelector: every key must be a node label with exactly that value."""
 
     name = "NodeSelector"
     _REJECT = Status.unschedulable("node(s) didn't match Pod's node selector", unresolvable=True)
-
-    def filter(self, pod: PodInfo, node: NodeInfo) -> Status:
-        labels = node.labels
-        for key, value in pod.node_selector.items():
-            if labels.get(key) != value:
-                return self._REJECT
-        return SUCCESS
 
     def prepare(self, pod: PodInfo) -> FilterFn | None:
         if not pod.node_selector:
@@ -79,17 +73,11 @@ class NodeSelector(FilterPlugin):
         return run
 
 
-class NodeAffinity(FilterPlugin):
+class NodeAffinity(_NodeCheck):
     """requiredDuringSchedulingIgnoredDuringExecution node affinity."""
 
     name = "NodeAffinity"
     _REJECT = Status.unschedulable("node(s) didn't match Pod's node affinity", unresolvable=True)
-
-    def filter(self, pod: PodInfo, node: NodeInfo) -> Status:
-        selector = pod.required_affinity
-        if selector is not None and not selector.matches(node.labels, node.name):
-            return self._REJECT
-        return SUCCESS
 
     def prepare(self, pod: PodInfo) -> FilterFn | None:
         selector = pod.required_affinity

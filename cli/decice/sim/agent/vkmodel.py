@@ -25,11 +25,12 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from decice.interlink import api
+from decice.sim.agent.simnodes import rejected_status, rfc3339
 
 ENDPOINT_FILE = "interlink.json"
 GO_ZERO_TIME = "0001-01-01T00:00:00Z"
@@ -160,24 +161,35 @@ def _secret_values(secret: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def _referenced(
+    objects: Mapping[str, Mapping[str, Any]],
+    kind: str,
+    ref: Mapping[str, Any],
+    name_key: str = "name",
+) -> Mapping[str, Any] | None:
+    """The configMap/secret ``ref`` names (by ``name_key``); None when it is missing and
+    optional, MissingRef when it is missing and required."""
+    name = str(ref.get(name_key))
+    obj = objects.get(name)
+    if obj is None and not ref.get("optional"):
+        raise MissingRef(kind, name)
+    return obj
+
+
 def _lookup(
     objects: Mapping[str, Mapping[str, Any]], kind: str, ref: Mapping[str, Any], key: str | None
 ) -> str | None:
     """A key's value (secrets decoded); None when missing and optional."""
-    name = str(ref.get("name"))
-    obj = objects.get(name)
-    optional = bool(ref.get("optional"))
+    obj = _referenced(objects, kind, ref)
     if obj is None:
-        if optional:
-            return None
-        raise MissingRef(kind, name)
+        return None
     values = _secret_values(obj) if kind == "secret" else dict(obj.get("data") or {})
     if key is None:
         return ""
     if key not in values:
-        if optional:
+        if ref.get("optional"):
             return None
-        raise MissingRef(kind, name, key)
+        raise MissingRef(kind, str(ref.get("name")), key)
     return str(values[key])
 
 
@@ -273,13 +285,9 @@ def _projected(
     for src in (vol.get("projected") or {}).get("sources") or ():
         for kind, objects in (("configMap", configmaps), ("secret", secrets)):
             ref = src.get(kind)
-            if not ref:
-                continue
-            obj = objects.get(str(ref.get("name")))
+            obj = _referenced(objects, kind.lower(), ref) if ref else None
             if obj is None:
-                if ref.get("optional"):
-                    continue
-                raise MissingRef(kind.lower(), str(ref.get("name")))
+                continue
             values = _secret_values(obj) if kind == "secret" else dict(obj.get("data") or {})
             items = ref.get("items")
             if items:
@@ -321,17 +329,11 @@ def retrieved_pod_data(
             if vol is None:
                 continue
             if vol.get("configMap"):
-                ref = vol["configMap"]
-                obj = configmaps.get(str(ref.get("name")))
-                if obj is None and not ref.get("optional"):
-                    raise MissingRef("configmap", str(ref.get("name")))
+                obj = _referenced(configmaps, "configmap", vol["configMap"])
                 if obj is not None:
                     entry[api.RC_CONFIGMAPS].append(_clean(obj))
             elif vol.get("secret"):
-                ref = vol["secret"]
-                obj = secrets.get(str(ref.get("secretName")))
-                if obj is None and not ref.get("optional"):
-                    raise MissingRef("secret", str(ref.get("secretName")))
+                obj = _referenced(secrets, "secret", vol["secret"], "secretName")
                 if obj is not None:
                     entry[api.RC_SECRETS].append(_clean(obj))
             elif vol.get("projected"):
@@ -506,10 +508,6 @@ def ping_capacity(body: Any) -> dict[str, str] | None:
 # ------------------------------------------------------------------ status patches
 
 
-def rfc3339(when: datetime) -> str:
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _state(remote: Mapping[str, Any] | None) -> dict[str, Any]:
     """One of terminated/running/waiting (in that order of precedence), nulls dropped;
     no state: waiting ContainerCreating."""
@@ -656,16 +654,14 @@ def waiting_fields(pod: Mapping[str, Any], reason: str, message: str = "") -> di
 def failed_patch(
     pod: Mapping[str, Any], reason: str, message: str, now: datetime
 ) -> dict[str, Any]:
-    """Merge patch for a pod the plugin refused (or lost): Failed with reason/message."""
-    return {
-        "metadata": {"uid": pod["metadata"]["uid"]},
-        "status": {
-            "phase": "Failed",
-            "reason": reason,
-            "message": message,
-            "startTime": ((pod.get("status") or {}).get("startTime")) or rfc3339(now),
-        },
-    }
+    """Merge patch for a pod the plugin refused (or lost): Failed with reason/message,
+    as a kubelet's rejection (:func:`decice.sim.agent.simnodes.rejected_status`) but
+    keeping the pod's startTime when it has one."""
+    patch = rejected_status(pod, reason, message, now)
+    started = (pod.get("status") or {}).get("startTime")
+    if started:
+        patch["status"]["startTime"] = started
+    return patch
 
 
 def node_patch(

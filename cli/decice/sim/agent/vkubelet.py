@@ -53,7 +53,7 @@ import ssl
 import stat
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -238,40 +238,33 @@ class VkStats:
     file_errors: int = 0
 
 
+@dataclass(eq=False, repr=False)
 class VirtualKubelets:
     """The virtual kubelets of the backed nodes (see the module docstring)."""
 
-    def __init__(
-        self,
-        client: Client,
-        nodes: Sequence[SimNode],
-        endpoint_file: Path,
-        cert_dir: Path,
-        enqueue: Enqueue,
-        *,
-        poll_interval: float = 1.5,
-        file_interval: float = 2.0,
-        ping_interval: float = 60.0,
-        delete_grace: float = 30.0,
-    ) -> None:
-        self.client = client
+    client: Client
+    nodes: InitVar[Sequence[SimNode]]
+    endpoint_file: Path
+    cert_dir: Path
+    enqueue: Enqueue
+    _: KW_ONLY
+    poll_interval: float = 1.5
+    file_interval: float = 2.0
+    ping_interval: float = 60.0
+    delete_grace: float = 30.0
+    sim_nodes: dict[str, SimNode] = field(init=False)
+    follow_every: float = field(init=False, default=FOLLOW_EVERY)
+    backed: dict[str, BackedNode] = field(init=False, default_factory=dict)
+    pods: dict[str, BackedPod] = field(init=False, default_factory=dict)
+    by_name: dict[tuple[str, str], str] = field(init=False, default_factory=dict)
+    stats: VkStats = field(init=False, default_factory=VkStats)
+    port: int | None = field(init=False, default=None)
+    _server: asyncio.Server | None = field(init=False, default=None)
+    _file_sig: tuple[int, int, int] | None = field(init=False, default=None)
+    _tasks: set[asyncio.Task[Any]] = field(init=False, default_factory=set)
+
+    def __post_init__(self, nodes: Sequence[SimNode]) -> None:
         self.sim_nodes = {n.name: n for n in nodes}
-        self.endpoint_file = endpoint_file
-        self.cert_dir = cert_dir
-        self.enqueue = enqueue
-        self.poll_interval = poll_interval
-        self.file_interval = file_interval
-        self.ping_interval = ping_interval
-        self.delete_grace = delete_grace
-        self.follow_every = FOLLOW_EVERY
-        self.backed: dict[str, BackedNode] = {}
-        self.pods: dict[str, BackedPod] = {}
-        self.by_name: dict[tuple[str, str], str] = {}
-        self.stats = VkStats()
-        self.port: int | None = None
-        self._server: asyncio.Server | None = None
-        self._file_sig: tuple[int, int, int] | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
 
     # ------------------------------------------------------------ pod events (sync)
 

@@ -27,6 +27,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from decice import atomicfile
 from decice.errors import InputError
+from decice.paths import Subpath
 
 SERVICE_IP = "10.0.0.1"  # first address of the service range the apiserver is given
 _VALID = dt.timedelta(days=365)
@@ -49,29 +50,24 @@ class Pki:
 
     dir: Path
 
+    #: service-account token signing key (private)
+    sa_key = Subpath("dir", "sa.key")
+    #: service-account token verification key (public)
+    sa_pub = Subpath("dir", "sa.pub")
+
+    def pair(self, name: str) -> Pair:
+        """A CA's or a leaf certificate's (see :data:`LEAVES`) files by name."""
+        return Pair(self.dir / f"{name}.crt", self.dir / f"{name}.key")
+
     @property
     def ca(self) -> Pair:
         """The cluster CA."""
-        return Pair(self.dir / "ca.crt", self.dir / "ca.key")
+        return self.pair("ca")
 
     @property
     def etcd_ca(self) -> Pair:
         """etcd's own CA (trusted by etcd only)."""
-        return Pair(self.dir / "etcd-ca.crt", self.dir / "etcd-ca.key")
-
-    def pair(self, name: str) -> Pair:
-        """A leaf certificate by name (see :data:`LEAVES`)."""
-        return Pair(self.dir / f"{name}.crt", self.dir / f"{name}.key")
-
-    @property
-    def sa_key(self) -> Path:
-        """Service-account token signing key (private)."""
-        return self.dir / "sa.key"
-
-    @property
-    def sa_pub(self) -> Path:
-        """Service-account token verification key (public)."""
-        return self.dir / "sa.pub"
+        return self.pair("etcd-ca")
 
 
 # name -> (common name, organization, usages, DNS SANs, IP SANs)

@@ -17,7 +17,7 @@ import itertools
 import json
 import re
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 SECTIONS = (
@@ -83,24 +83,22 @@ def _services(services: Mapping[str, Any] | None, ignore: Iterable[str]) -> list
     return out
 
 
+def _distinct(
+    lines: Iterable[str], fits: Callable[[list[str]], bool], entry: Callable[[list[str]], str]
+) -> list[str]:
+    """``entry(fields)`` of each of ``lines`` whose white-space separated fields ``fits``,
+    each once, sorted."""
+    return sorted({entry(fields) for fields in map(str.split, lines) if fits(fields)})
+
+
 def _ports(ss_lines: Iterable[str]) -> list[str]:
     # `ss -Hltnu`: netid state recv-q send-q local peer [process]
-    out = set()
-    for line in ss_lines or []:
-        fields = line.split()
-        if len(fields) >= 5:
-            out.add(f"{fields[0]} {fields[4]}")
-    return sorted(out)
+    return _distinct(ss_lines or [], lambda f: len(f) >= 5, lambda f: f"{f[0]} {f[4]}")
 
 
 def _mounts(text: str | None) -> list[str]:
     # /proc/mounts: device mountpoint fstype options dump pass
-    out = set()
-    for line in _lines(text):
-        fields = line.split()
-        if len(fields) >= 3:
-            out.add(f"{fields[1]} {fields[2]} {fields[0]}")
-    return sorted(out)
+    return _distinct(_lines(text), lambda f: len(f) >= 3, lambda f: f"{f[1]} {f[2]} {f[0]}")
 
 
 def _swap(text: str | None) -> list[str]:
@@ -160,22 +158,18 @@ def _chains(save_text: str | None) -> list[str]:
 
 def _nft_tables(text: str | None) -> list[str]:
     # `nft list tables`: "table <family> <name>"
-    out = set()
-    for line in _lines(text):
-        fields = line.split()
-        if len(fields) == 3 and fields[0] == "table":
-            out.add(f"{fields[1]} {fields[2]}")
-    return sorted(out)
+    return _distinct(
+        _lines(text), lambda f: len(f) == 3 and f[0] == "table", lambda f: f"{f[1]} {f[2]}"
+    )
 
 
 def _interfaces(text: str | None) -> list[str]:
     # `ip -o link`: "<index>: <name>[@<peer>]: <flags> ..."; names only (state flaps)
-    out = set()
-    for line in _lines(text):
-        fields = line.split()
-        if len(fields) >= 2 and fields[0].endswith(":"):
-            out.add(fields[1].rstrip(":").split("@", 1)[0])
-    return sorted(out)
+    return _distinct(
+        _lines(text),
+        lambda f: len(f) >= 2 and f[0].endswith(":"),
+        lambda f: f[1].rstrip(":").split("@", 1)[0],
+    )
 
 
 def _names(text: str | None) -> list[str]:

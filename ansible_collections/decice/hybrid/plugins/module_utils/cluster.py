@@ -50,6 +50,15 @@ Obj = dict[str, Any]
 Check = Callable[[], list[str]]
 
 
+def served(dynamic: Any, api_version: str, kind: str) -> Any:
+    """The resource of ``kind`` in ``api_version`` on ``dynamic`` (a
+    ``kubernetes.dynamic.DynamicClient``), or None when the server does not serve it."""
+    try:
+        return dynamic.resources.get(api_version=api_version, kind=kind)
+    except ResourceNotFoundError:
+        return None
+
+
 class Client:
     """LIST, GET, DELETE and finalizer removal over a ``kubernetes.dynamic.DynamicClient``."""
 
@@ -57,17 +66,11 @@ class Client:
         self._dynamic = dynamic
         self._timeout = request_timeout
 
-    def _resource(self, api_version: str, kind: str) -> Any:
-        try:
-            return self._dynamic.resources.get(api_version=api_version, kind=kind)
-        except ResourceNotFoundError:
-            return None
-
     def list(
         self, api_version: str, kind: str, namespace: str | None = None, label_selector: str = ""
     ) -> list[Obj]:
         """The objects of ``kind`` (all namespaces when ``namespace`` is None)."""
-        resource = self._resource(api_version, kind)
+        resource = served(self._dynamic, api_version, kind)
         if resource is None:
             return []
         found = self._dynamic.get(
@@ -85,7 +88,7 @@ class Client:
     def _named(self, verb: str, api_version: str, kind: str, name: str,
                namespace: str | None, **kwargs: Any) -> Any:  # fmt: skip
         """``verb`` (get, delete, patch) on one object; None when it or its kind is not there."""
-        resource = self._resource(api_version, kind)
+        resource = served(self._dynamic, api_version, kind)
         if resource is None:
             return None
         try:
@@ -145,6 +148,13 @@ def poll(
         if not pending or clock() + interval > deadline:
             return first, pending, error
         sleep(interval)
+
+
+def run_module(argument_spec: dict[str, Any], run: Callable[[Any], dict[str, Any]]) -> None:
+    """The entry point of a kubernetes.core module (check mode supported): ``run(module)``'s
+    result."""
+    module = AnsibleK8SModule(argument_spec=argument_spec, supports_check_mode=True)
+    module.exit_json(**run(module))
 
 
 def main(argument_spec: dict[str, Any], run: Callable[[Any, Client], dict[str, Any]]) -> None:

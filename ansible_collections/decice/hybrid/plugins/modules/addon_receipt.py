@@ -106,7 +106,6 @@ from ansible_collections.decice.hybrid.plugins.module_utils import cluster as ku
 from ansible_collections.decice.hybrid.plugins.module_utils import receipts
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
 
 DynamicApiError = kube.DynamicApiError
 
@@ -241,8 +240,7 @@ def _write(module: Any, cluster: receipts.Memo, out: dict[str, Any]) -> dict[str
 
 
 def main() -> None:
-    module = AnsibleK8SModule(argument_spec=_argument_spec(), supports_check_mode=True)
-    module.exit_json(**run(module))
+    kube.run_module(_argument_spec(), run)
 
 
 if __name__ == "__main__":

@@ -195,9 +195,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible_collections.decice.hybrid.plugins.module_utils import apiscan
+from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
 
 try:
     from kubernetes.dynamic.exceptions import DynamicApiError
@@ -301,8 +301,7 @@ def run(module: Any) -> dict[str, Any]:
 
 
 def main() -> None:
-    module = AnsibleK8SModule(argument_spec=_argument_spec(), supports_check_mode=True)
-    module.exit_json(**run(module))
+    kube.run_module(_argument_spec(), run)
 
 
 if __name__ == "__main__":

@@ -89,9 +89,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
 
 try:
     from kubernetes.dynamic.exceptions import DynamicApiError
@@ -230,8 +230,7 @@ def main() -> None:
         organizations={"type": "list", "elements": "str", "default": ["system:nodes"]},
         ip_addresses={"type": "list", "elements": "str", "default": []},
     )
-    module = AnsibleK8SModule(argument_spec=spec, supports_check_mode=True)
-    module.exit_json(**run(module))
+    kube.run_module(spec, run)
 
 
 if __name__ == "__main__":

@@ -131,16 +131,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
 from ansible_collections.decice.hybrid.plugins.module_utils import manifests
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
 
 try:
     import yaml
-    from kubernetes.dynamic.exceptions import DynamicApiError, ResourceNotFoundError
+    from kubernetes.dynamic.exceptions import DynamicApiError
 except ImportError:  # AnsibleK8SModule reports the missing kubernetes library
-    DynamicApiError = ResourceNotFoundError = Exception  # type: ignore[assignment,misc]
+    DynamicApiError = Exception  # type: ignore[assignment,misc]
 
 REQUEST_TIMEOUT = 60
 
@@ -164,10 +164,10 @@ class _Cluster:
         self._field_manager = field_manager
 
     def _resource(self, api_version: str, kind: str) -> Any:
-        try:
-            return self._dynamic.resources.get(api_version=api_version, kind=kind)
-        except ResourceNotFoundError:
-            raise manifests.Refused(f"the server has no kind {kind} in {api_version}") from None
+        resource = kube.served(self._dynamic, api_version, kind)
+        if resource is None:
+            raise manifests.Refused(f"the server has no kind {kind} in {api_version}")
+        return resource
 
     def namespaced(self, api_version: str, kind: str) -> bool:
         return bool(self._resource(api_version, kind).namespaced)
@@ -176,11 +176,17 @@ class _Cluster:
         resource = self._resource(ident[0], ident[1])
         return resource, (ident[2] or "default") if resource.namespaced else None
 
-    def get(self, ident: manifests.Ident) -> manifests.Obj:
+    def _named(self, verb: str, ident: manifests.Ident, **kwargs: Any) -> Any:
+        """``verb`` (get, delete) on the object ``ident``; Missing when it or its kind is not
+        there."""
         try:
             resource, namespace = self._where(ident)
-            found = self._dynamic.get(
-                resource, name=ident[3], namespace=namespace, _request_timeout=REQUEST_TIMEOUT
+            return getattr(self._dynamic, verb)(
+                resource,
+                name=ident[3],
+                namespace=namespace,
+                _request_timeout=REQUEST_TIMEOUT,
+                **kwargs,
             )
         except manifests.Refused:
             raise manifests.Missing(manifests.describe(ident)) from None
@@ -188,7 +194,9 @@ class _Cluster:
             if exc.status == 404:
                 raise manifests.Missing(manifests.describe(ident)) from None
             raise
-        return dict(found.to_dict())
+
+    def get(self, ident: manifests.Ident) -> manifests.Obj:
+        return dict(self._named("get", ident).to_dict())
 
     def list(self, api_version: str, kind: str) -> dict[tuple[str, str], manifests.Obj]:
         resource = self._resource(api_version, kind)
@@ -219,21 +227,7 @@ class _Cluster:
         return dict(found.to_dict())
 
     def delete(self, ident: manifests.Ident) -> None:
-        try:
-            resource, namespace = self._where(ident)
-            self._dynamic.delete(
-                resource,
-                name=ident[3],
-                namespace=namespace,
-                propagation_policy="Background",
-                _request_timeout=REQUEST_TIMEOUT,
-            )
-        except manifests.Refused:
-            raise manifests.Missing(manifests.describe(ident)) from None
-        except DynamicApiError as exc:
-            if exc.status == 404:
-                raise manifests.Missing(manifests.describe(ident)) from None
-            raise
+        self._named("delete", ident, propagation_policy="Background")
 
     def refresh(self) -> None:
         self._dynamic.resources.invalidate_cache()
@@ -328,8 +322,7 @@ def run(module: Any) -> dict[str, Any]:
 
 
 def main() -> None:
-    module = AnsibleK8SModule(argument_spec=_argument_spec(), supports_check_mode=True)
-    module.exit_json(**run(module))
+    kube.run_module(_argument_spec(), run)
 
 
 if __name__ == "__main__":
