@@ -30,7 +30,7 @@ class Sample:
 
 def read(pid: int) -> Sample | None:
     """One process as /proc shows it now; None when gone or a zombie."""
-    stat = proctree._stat(pid)  # (ppid, start time), as decice reads them
+    stat = proctree.proc_stat(pid)  # (ppid, start time), as decice reads them
     if stat is None:
         return None
     cmdline = b" ".join(proctree.argv(pid)).decode(errors="replace").strip()

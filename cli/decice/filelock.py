@@ -14,23 +14,35 @@ from decice.errors import InputError
 from decice.paths import symlink_refusal
 
 
-def _open(path: Path) -> int:
-    """``path`` opened for the lock: created 0600 when missing, never truncated, never
-    through a symlink, never blocking on a special file (both refused: exit 2)."""
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+def open_lock(
+    path: Path,
+    flags: int = os.O_RDWR | os.O_CREAT,
+    *,
+    what: str = "the lock file",
+    fix: str = "it holds nothing",
+    check: Callable[[], None] | None = None,
+) -> int:
+    """``path`` opened with ``flags`` for a lock: created 0600 when missing, never
+    truncated, never through a symlink, never blocking on a special file (all refused:
+    exit 2, naming ``what``). ``check`` runs before a refusal and may raise a better one
+    (the state directory's own check); ``fix`` says why removing the file is safe."""
     try:
-        fd = os.open(path, flags, 0o600)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise symlink_refusal(path, "a lock file") from None
+            raise symlink_refusal(path, what) from None
+        if check is not None:
+            check()
         raise InputError(
-            f"{path}: cannot open the lock file: {exc.strerror}\n"
-            f"    fix: remove {path} (it holds nothing) or repair its permissions"
+            f"{path}: cannot open {what}: {exc.strerror}\n"
+            f"    fix: remove {path} ({fix}) or repair its permissions"
         ) from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
+        if check is not None:
+            check()
         raise InputError(
-            f"{path}: the lock file is not a regular file\n"
+            f"{path}: {what} is not a regular file\n"
             f"    fix: remove {path}; the next run recreates it"
         )
     return fd
@@ -43,7 +55,7 @@ def exclusive(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator
     With ``on_wait``, it is called once before blocking when another process holds the lock.
     A symlink at ``path`` is refused (InputError), never followed.
     """
-    fd = _open(path)
+    fd = open_lock(path)
     try:
         if on_wait is None:
             fcntl.flock(fd, fcntl.LOCK_EX)

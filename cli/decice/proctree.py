@@ -21,7 +21,7 @@ from pathlib import Path
 ProcKey = tuple[int, int]  # pid, kernel start time: a reused pid is another process
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
+def proc_stat(pid: int) -> tuple[int, int] | None:
     """(ppid, start time) of a live process; None when gone or a zombie."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
@@ -45,7 +45,7 @@ def argv(pid: int) -> list[bytes]:
 
 def start_time(pid: int) -> int | None:
     """Kernel start time (clock ticks since boot) of a live ``pid``; None when gone."""
-    stat = _stat(pid)
+    stat = proc_stat(pid)
     return None if stat is None else stat[1]
 
 
@@ -60,7 +60,7 @@ def ancestors(pid: int | None = None) -> set[int]:
     current: int | None = os.getpid() if pid is None else pid
     while current and current not in out:
         out.add(current)
-        stat = _stat(current)
+        stat = proc_stat(current)
         current = None if stat is None else stat[0]
     return out
 
@@ -74,7 +74,7 @@ def _parents() -> dict[int, int]:
     out = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            stat = _stat(int(entry.name))
+            stat = proc_stat(int(entry.name))
             if stat is not None:
                 out[int(entry.name)] = stat[0]
     return out
@@ -82,7 +82,7 @@ def _parents() -> dict[int, int]:
 
 def tree(root: int) -> list[ProcKey]:
     """``root`` and its live descendants (pid, start time), parents before children."""
-    stat = _stat(root)
+    stat = proc_stat(root)
     if stat is None:
         return []
     children: dict[int, list[int]] = {}
@@ -92,7 +92,7 @@ def tree(root: int) -> list[ProcKey]:
     todo = list(children.get(root, []))
     while todo:
         pid = todo.pop(0)
-        child = _stat(pid)
+        child = proc_stat(pid)
         if child is not None:
             out.append((pid, child[1]))
             todo.extend(children.get(pid, []))
@@ -100,7 +100,7 @@ def tree(root: int) -> list[ProcKey]:
 
 
 def _send(key: ProcKey, sig: signal.Signals) -> None:
-    stat = _stat(key[0])
+    stat = proc_stat(key[0])
     if stat is not None and stat[1] == key[1]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(key[0], sig)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import errno
 import fcntl
 import json
 import os
@@ -30,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from decice import atomicfile, jsonout, paths, proctree
+from decice import atomicfile, filelock, jsonout, paths, proctree
 from decice.errors import InputError, LockHeldError
 
 LOCK_NAME = paths.STATE_LOCK_NAME
@@ -123,24 +122,15 @@ def _read_holder(fd: int) -> LockHolder | None:
 
 
 def _open_lock(path: Path, flags: int) -> int:
-    """The lock file opened with ``flags`` (created 0600 when missing): never through a
-    symlink, never truncated, never blocking on a special file (refused: exit 2)."""
-    try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise paths.symlink_refusal(path, "the state directory's lock") from None
-        if exc.errno == errno.EISDIR:
-            paths.check_state_dir(path.parent)  # names the directory and the fix
-        raise InputError(
-            f"{path}: cannot open the state directory's lock: {exc.strerror}\n"
-            f"    fix: remove {path} (no decice run can hold it) or repair its permissions"
-        ) from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        paths.check_state_dir(path.parent)
-        raise InputError(f"{path}: the state directory's lock is not a regular file")
-    return fd
+    """The state directory's lock file opened with ``flags`` (:func:`filelock.open_lock`);
+    a refusal names the state directory when it is what is wrong."""
+    return filelock.open_lock(
+        path,
+        flags,
+        what="the state directory's lock",
+        fix="no decice run can hold it",
+        check=lambda: paths.check_state_dir(path.parent),
+    )
 
 
 @dataclass
