@@ -16,9 +16,10 @@ timing on its own sim:
 
 Prints one JSON line per checkout, round and step (wall seconds, CPU seconds of decice
 and what it waited for, Ansible tasks run, changed count), then per checkout the median
-of each step, its ratio to the first checkout's, and the tasks that took longest summed
-over the rounds (from the run's ansible-runner events). Every step must succeed or the
-bench stops. The sims are reset (`decice reset --yes`) at the end.
+of each step, its ratio to the first checkout's, the tasks that took longest summed
+over the rounds and the runs and seconds per module (from the runs' ansible-runner
+events). Every step must succeed or the bench stops. The sims are reset (`decice reset
+--yes`) at the end.
 """
 
 from __future__ import annotations
@@ -68,16 +69,25 @@ def _decice(checkout: Path, work: Path, *args: str) -> tuple[float, float, dict[
     return cost["wall"], cost["controller_cpu"], json.loads(proc.stdout)
 
 
-def _task_seconds(work: Path, before: set[Path], seconds: dict[str, float]) -> None:
+def _task_seconds(
+    work: Path, before: set[Path], seconds: dict[str, float], actions: dict[str, list[float]]
+) -> None:
     """Add the seconds per task name of the runs made since ``before`` (ansible-runner
-    events) to ``seconds``."""
+    events) to ``seconds``, and per module (``[runs, seconds]``; a skipped task counts
+    apart) to ``actions``."""
     runs = work / ".decice" / "runs"
     for run in set(runs.iterdir()) - before:
         for path in run.rglob("job_events/*.json"):
             event = json.loads(path.read_text())
             data = event.get("event_data") or {}
-            if event.get("event") in {"runner_on_ok", "runner_on_failed", "runner_on_skipped"}:
-                seconds[data.get("task", "?")] += float(data.get("duration") or 0.0)
+            kind = event.get("event")
+            if kind in {"runner_on_ok", "runner_on_failed", "runner_on_skipped"}:
+                took = float(data.get("duration") or 0.0)
+                seconds[data.get("task", "?")] += took
+                action = str(data.get("task_action", "?"))
+                entry = actions[action + " (skipped)" if kind == "runner_on_skipped" else action]
+                entry[0] += 1
+                entry[1] += took
 
 
 def _runs(work: Path) -> set[Path]:
@@ -107,6 +117,9 @@ def main() -> None:
     walls: dict[tuple[Path, str], list[float]] = {}
     cpus: dict[tuple[Path, str], list[float]] = {}
     tasks: dict[Path, dict[str, float]] = {c: defaultdict(float) for c in checkouts}
+    actions: dict[Path, dict[str, list[float]]] = {
+        c: defaultdict(lambda: [0, 0.0]) for c in checkouts
+    }
     try:
         for rnd in range(args.rounds):
             for checkout in checkouts:
@@ -119,7 +132,7 @@ def main() -> None:
                     ran = sum(counts.get("ok", 0) for counts in stats.values())
                     if step == "idempotent" and changed:
                         raise SystemExit(f"{checkout}: the second up changed {changed} task(s)")
-                    _task_seconds(work, before, tasks[checkout])
+                    _task_seconds(work, before, tasks[checkout], actions[checkout])
                     walls.setdefault((checkout, step), []).append(wall)
                     cpus.setdefault((checkout, step), []).append(cpu)
                     line = {"checkout": str(checkout), "round": rnd + 1, "step": step,
@@ -142,6 +155,10 @@ def main() -> None:
         summary["slowest_tasks_s"] = {
             name: round(sec, 1)
             for name, sec in sorted(tasks[checkout].items(), key=lambda kv: -kv[1])[: args.top]
+        }
+        summary["modules_s"] = {  # per module: runs and seconds, summed over the rounds
+            name: [int(runs), round(sec, 1)]
+            for name, (runs, sec) in sorted(actions[checkout].items(), key=lambda kv: -kv[1][1])
         }
         print(json.dumps(summary, indent=1), flush=True)
 
