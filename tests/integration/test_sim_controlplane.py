@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import ssl
 import stat
 import urllib.error
@@ -21,6 +22,7 @@ from kubernetes import client, config
 
 from decice.errors import DeciceError, InputError
 from decice.sim.binaries.resolve import BINARIES, BinarySet, ResolvedBinary, Source
+from decice.sim.controlplane import loopback
 from decice.sim.controlplane.loopback import (
     ControlPlane,
     ControlPlaneError,
@@ -237,6 +239,42 @@ def test_start_failure_reports_log_tail_and_cleans_up(
         cp.start()
     assert not cp.status().components  # etcd, started first, was stopped again
     remove_data_dir(tmp_path / "bad")
+
+
+@pytest.mark.sim
+def test_a_port_taken_after_it_was_picked_starts_again_on_fresh_ports(
+    sim_binaries: BinarySet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A port picked free and taken by another process before etcd bound it (a race with
+    any process on the machine): the start goes on with fresh ports, not a failed run."""
+    picked: list[dict[str, int]] = []
+    real_pick = loopback._pick_ports
+
+    def pick(previous: Any) -> dict[str, int]:
+        ports = real_pick(previous)
+        if not picked:
+            ports["etcd"] = taker.getsockname()[1]  # held below: etcd cannot bind it
+        picked.append(ports)
+        return ports
+
+    monkeypatch.setattr(loopback, "_pick_ports", pick)
+    cp = ControlPlane(tmp_path / "race", sim_binaries, controller_manager=False, scheduler=False)
+    with socket.socket() as taker:
+        taker.bind(("127.0.0.1", 0))
+        taker.listen()
+        try:
+            info = cp.start()
+            assert len(picked) == 2
+            assert info.server == f"https://127.0.0.1:{picked[1]['apiserver']}"
+            assert (
+                client.CoreV1Api(config.new_client_from_config(config_file=str(info.kubeconfig)))
+                .list_namespace()
+                .items
+            )
+        finally:
+            cp.stop()
+    assert "address already in use" in (tmp_path / "race" / "logs" / "etcd.log").read_text()
+    remove_data_dir(tmp_path / "race")
 
 
 @pytest.mark.sim

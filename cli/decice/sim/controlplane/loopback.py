@@ -82,6 +82,16 @@ class ControlPlaneError(RunFailedError):
     """The control plane could not be started, checked or stopped."""
 
 
+class PortTakenError(ControlPlaneError):
+    """A component could not bind its port: another process took it after it was picked."""
+
+
+# what etcd and the Kubernetes components log when their port is taken (Go's net package)
+PORT_TAKEN = "bind: address already in use"
+# starts on fresh ports after a taken one before giving up
+PORT_ATTEMPTS = 3
+
+
 @dataclass(frozen=True)
 class ControlPlaneInfo:
     """How to reach a running control plane."""
@@ -228,8 +238,21 @@ class ControlPlane:
         }
 
     def _start_fresh(self, previous: dict[str, Any] | None) -> ControlPlaneInfo:
+        """Start every component; when one finds its port taken (picked free, then taken by
+        another process before the component bound it), start again on fresh ports."""
+        wanted = dict((previous or {}).get("ports", {}))
+        attempt = 1
+        while True:
+            try:
+                return self._start_on(_pick_ports(wanted))
+            except PortTakenError as exc:
+                if attempt == PORT_ATTEMPTS:
+                    raise
+                log.warning("%s; starting again on fresh ports", str(exc).splitlines()[0])
+                wanted, attempt = {}, attempt + 1
+
+    def _start_on(self, ports: dict[str, int]) -> ControlPlaneInfo:
         pki = ensure_pki(self.data_dir / "pki")
-        ports = _pick_ports(dict((previous or {}).get("ports", {})))
         server = f"https://127.0.0.1:{ports['apiserver']}"
         write_kubeconfig(self.kubeconfig, server, pki, "admin", "decice-admin")
         kcm_kc = write_kubeconfig(
@@ -287,9 +310,9 @@ class ControlPlane:
         deadline = time.monotonic() + self.startup_timeout
         while True:
             if not is_alive(rec):
-                raise ControlPlaneError(
-                    f"{rec.name} exited during start-up; last lines of {rec.log}:\n{tail(rec.log)}"
-                )
+                last = tail(rec.log)
+                error = PortTakenError if PORT_TAKEN in last else ControlPlaneError
+                raise error(f"{rec.name} exited during start-up; last lines of {rec.log}:\n{last}")
             if check():
                 return
             if time.monotonic() > deadline:
