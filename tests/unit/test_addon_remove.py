@@ -275,7 +275,7 @@ def test_helm_not_found_is_no_release_and_another_error_fails_with_helm_s_words(
     ok = FakeModule(name="a", release="fine", disable_hooks=True, **common)
     assert addon_remove._uninstall(ok) is True
     args = (tmp_path / "helm.args").read_text().splitlines()
-    assert args[-1] == f"uninstall --timeout 30s --no-hooks fine --namespace {NS} --kubeconfig /k"
+    assert args[-1] == f"uninstall fine --timeout 30s --no-hooks --namespace {NS} --kubeconfig /k"
     stuck = FakeModule(name="a", release="stuck", **common)
     with pytest.raises(SystemExit):
         addon_remove._uninstall(stuck)

@@ -127,7 +127,12 @@ class FakeModule:
 def _ready(reader: FakeReader, clock: FakeClock, **params: Any) -> tuple[Obj, FakeModule]:
     module = FakeModule(name="volcano", namespace=NS, **params)
     out: Obj = {"crds": []}
-    check = addon_wait._ready_checks(reader, module.params, out)  # type: ignore[arg-type]
+    params = module.params
+    check = readiness.ready_check(
+        reader, namespace=params["namespace"], crd_groups=params["crd_groups"],
+        deployments=params["deployments"], daemonsets=params["daemonsets"],
+        webhooks=params["webhooks"], out=out,
+    )  # fmt: skip
     first, left, error = kube.poll(check, module.params["timeout"], 1.0, clock.time, clock.sleep)
     return {**out, "first": first, "left": left, "error": error}, module
 

@@ -201,7 +201,7 @@ def test_the_module_fails_on_refused_objects_only_when_asked(tmp_path: Path, mon
     monkeypatch.setattr(
         manifest_apply, "get_api_client", lambda module: type("C", (), {"client": None})
     )
-    monkeypatch.setattr(manifest_apply, "_Cluster", lambda dynamic, field_manager: cluster)
+    monkeypatch.setattr(manifest_apply.kube, "Applier", lambda dynamic, field_manager: cluster)
     src = tmp_path / "objs.json"
     src.write_text(json.dumps([NAMESPACE, CONFIG]))
     result = manifest_apply.run(FakeModule(src=str(src)))

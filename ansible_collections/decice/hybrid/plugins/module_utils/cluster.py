@@ -1,6 +1,8 @@
 """A cluster through kubernetes.core's dynamic client, as the add-on engine's modules use it
-(``decice.hybrid.addon_receipt``, ``addon_wait``, ``addon_remove``): lists, reads,
-deletes, finalizers stripped, and a poll that waits for what is still pending.
+(``decice.hybrid.addon_receipt``, ``addon_wait``, ``addon_remove``, ``addon_install``):
+lists, reads, creates, deletes, finalizers stripped, and a poll that waits for what is still
+pending; and :class:`Applier`, the server-side apply of ``decice.hybrid.manifest_apply``
+and of the CRDs ``addon_install`` adapts for the sim.
 
 A kind the server does not serve reads as nothing (its CRD may be gone, or not there yet);
 every other API error is raised as the dynamic client's ``DynamicApiError``.
@@ -8,10 +10,12 @@ every other API error is raised as the dynamic client's ``DynamicApiError``.
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from ansible_collections.decice.hybrid.plugins.module_utils import manifests
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
 
@@ -43,6 +47,8 @@ def describe(exc: BaseException) -> str:
 
 
 REQUEST_TIMEOUT = 30
+#: an apply of megabytes of CRDs to a busy 1.20 server takes longer than a read
+APPLY_TIMEOUT = 60
 
 Obj = dict[str, Any]
 
@@ -112,14 +118,121 @@ class Client:
         body = {"propagationPolicy": "Background"}
         return self._named("delete", api_version, kind, name, namespace, body=body) is not None
 
+    def create(self, api_version: str, kind: str, body: Obj, namespace: str | None = None) -> Obj:
+        """Create ``body``; the object as the server stored it."""
+        resource = self._dynamic.resources.get(api_version=api_version, kind=kind)
+        found = self._dynamic.create(
+            resource, body=body, namespace=namespace, _request_timeout=self._timeout
+        )
+        return dict(found.to_dict())
+
+    def merge_patch(
+        self, api_version: str, kind: str, name: str, body: Obj, namespace: str | None = None
+    ) -> bool:
+        """A JSON merge patch of the object; False when it is not there."""
+        patched = self._named("patch", api_version, kind, name, namespace, body=body,
+                              content_type="application/merge-patch+json")  # fmt: skip
+        return patched is not None
+
+    def applier(self, field_manager: str) -> Applier:
+        """Server-side apply over the same client, as ``field_manager``."""
+        return Applier(self._dynamic, field_manager)
+
     def strip_finalizers(
         self, api_version: str, kind: str, name: str, namespace: str | None = None
     ) -> bool:
         """Merge-patch ``metadata.finalizers: []``; False when the object is not there."""
-        patched = self._named("patch", api_version, kind, name, namespace,
-                              body={"metadata": {"finalizers": []}},
-                              content_type="application/merge-patch+json")  # fmt: skip
-        return patched is not None
+        body: Obj = {"metadata": {"finalizers": []}}
+        return self.merge_patch(api_version, kind, name, body, namespace)
+
+
+def api_message(exc: Any) -> str:
+    """The API server's own message of a failed request, else its reason."""
+    try:
+        body = json.loads(exc.body)
+    except (TypeError, ValueError, AttributeError):
+        body = None
+    if isinstance(body, Mapping) and body.get("message"):
+        return str(body["message"])
+    return str(getattr(exc, "reason", "") or exc)
+
+
+class Applier:
+    """:class:`manifests.Cluster` (server-side apply, get, list, delete) over a
+    ``kubernetes.dynamic.DynamicClient``; ``field_manager`` owns what it applies."""
+
+    def __init__(self, dynamic: Any, field_manager: str) -> None:
+        self._dynamic = dynamic
+        self._field_manager = field_manager
+
+    def _resource(self, api_version: str, kind: str) -> Any:
+        resource = served(self._dynamic, api_version, kind)
+        if resource is None:
+            raise manifests.Refused(f"the server has no kind {kind} in {api_version}")
+        return resource
+
+    def namespaced(self, api_version: str, kind: str) -> bool:
+        return bool(self._resource(api_version, kind).namespaced)
+
+    def _where(self, ident: manifests.Ident) -> tuple[Any, str | None]:
+        resource = self._resource(ident[0], ident[1])
+        return resource, (ident[2] or "default") if resource.namespaced else None
+
+    def _named(self, verb: str, ident: manifests.Ident, **kwargs: Any) -> Any:
+        """``verb`` (get, delete) on the object ``ident``; Missing when it or its kind is not
+        there."""
+        try:
+            resource, namespace = self._where(ident)
+            return getattr(self._dynamic, verb)(
+                resource,
+                name=ident[3],
+                namespace=namespace,
+                _request_timeout=APPLY_TIMEOUT,
+                **kwargs,
+            )
+        except manifests.Refused:
+            raise manifests.Missing(manifests.describe(ident)) from None
+        except DynamicApiError as exc:
+            if exc.status == 404:
+                raise manifests.Missing(manifests.describe(ident)) from None
+            raise
+
+    def get(self, ident: manifests.Ident) -> manifests.Obj:
+        return dict(self._named("get", ident).to_dict())
+
+    def list(self, api_version: str, kind: str) -> dict[tuple[str, str], manifests.Obj]:
+        resource = self._resource(api_version, kind)
+        try:
+            found = self._dynamic.get(resource, _request_timeout=APPLY_TIMEOUT)
+        except DynamicApiError as exc:
+            raise manifests.Refused(api_message(exc)) from None
+        items = found.to_dict().get("items") or []
+        return {
+            (str(item["metadata"].get("namespace") or ""), str(item["metadata"]["name"])): item
+            for item in items
+        }
+
+    def apply(self, ident: manifests.Ident, body: manifests.Obj) -> manifests.Obj:
+        resource, namespace = self._where(ident)
+        try:
+            found = self._dynamic.server_side_apply(
+                resource,
+                body=body,
+                name=ident[3],
+                namespace=namespace,
+                force_conflicts=True,
+                field_manager=self._field_manager,
+                _request_timeout=APPLY_TIMEOUT,
+            )
+        except DynamicApiError as exc:
+            raise manifests.Refused(api_message(exc)) from None
+        return dict(found.to_dict())
+
+    def delete(self, ident: manifests.Ident) -> None:
+        self._named("delete", ident, propagation_policy="Background")
+
+    def refresh(self) -> None:
+        self._dynamic.resources.invalidate_cache()
 
 
 def poll(
@@ -148,6 +261,15 @@ def poll(
         if not pending or clock() + interval > deadline:
             return first, pending, error
         sleep(interval)
+
+
+def unfinished(name: str, what: str, timeout: float, left: list[str], error: str) -> str:
+    """The failure of a wait that ran out: what is ``what`` (not ready, not gone), the first
+    20 of it, and the last read's error if it failed."""
+    detail = "; ".join(left[:20]) + (f"; and {len(left) - 20} more" if len(left) > 20 else "")
+    if error:
+        detail += f"; reading the cluster: {error}"
+    return f"{name}: {what} after {timeout} s: {detail}"
 
 
 def run_module(argument_spec: dict[str, Any], run: Callable[[Any], dict[str, Any]]) -> None:

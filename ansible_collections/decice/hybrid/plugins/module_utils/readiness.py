@@ -1,8 +1,9 @@
 """When an add-on counts as ready, and when what a removal deletes counts as gone.
 
-The add-on engine waits for both in one process per step (``decice.hybrid.addon_wait``):
-these functions say, from objects the module lists, what is still pending and why. They
-name each object and the reason, so a wait that runs out says exactly what it waited for.
+The add-on engine waits for both in one process per step (``decice.hybrid.addon_install``,
+``addon_wait``): these functions say, from objects the module lists, what is still pending
+and why. They name each object and the reason, so a wait that runs out says exactly what
+it waited for.
 
 Ready (what ``helm install`` does not wait for, and what a working add-on needs):
 
@@ -22,8 +23,8 @@ Standard library only.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 Obj = Mapping[str, Any]
 
@@ -153,3 +154,74 @@ def namespaces_left(namespaces: Iterable[Obj]) -> list[str]:
         for ns in namespaces
         if (ns.get("status") or {}).get("phase") == "Terminating"
     ]
+
+
+CRD_API = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+
+
+class Reader(Protocol):
+    """What a readiness check reads (``module_utils.cluster.Client``)."""
+
+    def list(
+        self, api_version: str, kind: str, namespace: str | None = None, label_selector: str = ""
+    ) -> list[dict[str, Any]]: ...
+
+    def get(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> dict[str, Any] | None: ...
+
+
+def ready_check(
+    reader: Reader,
+    *,
+    namespace: str,
+    crd_groups: Sequence[str],
+    deployments: bool = True,
+    daemonsets: Sequence[str] = (),
+    webhooks: bool = True,
+    out: dict[str, Any],
+) -> Callable[[], list[str]]:
+    """One read of what of an add-on is not ready yet (see above), for a poll; lists the
+    CRDs and webhook configurations once, then reads again only what was not ready. Each
+    read leaves the CRDs' summary in ``out["crds"]``."""
+    groups = set(crd_groups)
+    crds = {str(c["metadata"]["name"]): c for c in reader.list(*CRD_API)
+            if (c.get("spec") or {}).get("group") in groups}  # fmt: skip
+    services: list[str] = []
+    if webhooks and namespace:
+        configs = [c for kind in WEBHOOK_KINDS
+                   for c in reader.list("admissionregistration.k8s.io/v1", kind)]  # fmt: skip
+        services = webhook_services(configs, namespace)
+    crd_waits = {name for name, crd in crds.items() if crd_pending(crd)}
+
+    def check() -> list[str]:
+        pending: list[str] = []
+        for name in sorted(crd_waits):
+            crd = reader.get(*CRD_API, name)
+            if crd is not None:
+                crds[name] = crd
+            why = crd_pending(crd) if crd is not None else f"CRD {name} gone"
+            if why is None:
+                crd_waits.discard(name)
+            else:
+                pending.append(why)
+        if deployments and namespace:
+            for deployment in reader.list("apps/v1", "Deployment", namespace):
+                why = deployment_pending(namespace, deployment)
+                pending.extend([why] if why else [])
+        for name in daemonsets:
+            why = daemonset_pending(
+                namespace, name, reader.get("apps/v1", "DaemonSet", name, namespace)
+            )
+            pending.extend([why] if why else [])
+        if services:
+            endpoints = {str(e["metadata"]["name"]): e
+                         for e in reader.list("v1", "Endpoints", namespace)}  # fmt: skip
+            for service in services:
+                why = endpoint_pending(namespace, service, endpoints.get(service))
+                pending.extend([why] if why else [])
+        out["crds"] = crd_summary(crds.values(), crd_groups)
+        return pending
+
+    return check

@@ -122,46 +122,36 @@ seconds:
 """
 
 import copy
-import subprocess
 from typing import Any
 
 from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
-from ansible_collections.decice.hybrid.plugins.module_utils import removal
+from ansible_collections.decice.hybrid.plugins.module_utils import release, removal
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
-
-NOT_FOUND = "not found"
-
-
-def _helm(module: Any, *args: str) -> subprocess.CompletedProcess[str]:
-    params = module.params
-    argv = [params["helm"], *args, params["release"], "--namespace", params["namespace"]]
-    if params.get("kubeconfig"):
-        argv += ["--kubeconfig", str(params["kubeconfig"])]
-    try:
-        return subprocess.run(
-            argv, capture_output=True, text=True, timeout=params["timeout"] + 30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        module.fail_json(msg=f"{params['name']}: running {params['helm']}: {exc}")
-        raise  # fail_json exits; for the type checker
 
 
 def _uninstall(module: Any) -> bool:
     """Remove the release (check mode: only look); whether there was one."""
-    if module.check_mode:
-        status = _helm(module, "status")
-        return status.returncode == 0
-    args = ["uninstall", "--timeout", f"{module.params['timeout']}s"]
-    if module.params["disable_hooks"]:
-        args.append("--no-hooks")
-    done = _helm(module, *args)
+    params = module.params
+    helm = release.Helm(
+        params["helm"], params["release"], params["namespace"],
+        str(params.get("kubeconfig") or ""), params["timeout"],
+    )  # fmt: skip
+    try:
+        if module.check_mode:
+            return helm.status() is not None
+        args = ["--timeout", f"{params['timeout']}s"] + (
+            ["--no-hooks"] if params["disable_hooks"] else []
+        )
+        done = helm.run("uninstall", *args)
+    except release.HelmError as exc:
+        module.fail_json(msg=f"{params['name']}: {exc}")
+        raise  # fail_json exits; for the type checker
     if done.returncode == 0:
         return True
-    if NOT_FOUND in done.stderr.lower():
+    if release.NOT_FOUND in done.stderr.lower():
         return False
     module.fail_json(
-        msg=f"{module.params['name']}: helm uninstall {module.params['release']}: "
-        f"{done.stderr.strip()[-2000:]}"
+        msg=f"{params['name']}: helm uninstall {params['release']}: {done.stderr.strip()[-2000:]}"
     )
     return False
 

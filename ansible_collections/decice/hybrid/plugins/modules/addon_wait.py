@@ -129,52 +129,7 @@ from ansible_collections.decice.hybrid.plugins.module_utils import cluster as ku
 from ansible_collections.decice.hybrid.plugins.module_utils import readiness
 from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 
-CRD_API = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
-WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
-
-
-def _ready_checks(reader: kube.Client, params: dict[str, Any], out: dict[str, Any]) -> kube.Check:
-    """One read of what is not ready yet; lists the CRDs and webhooks once."""
-    namespace = str(params["namespace"] or "")
-    groups = set(params["crd_groups"])
-    crds = {str(c["metadata"]["name"]): c for c in reader.list(*CRD_API)
-            if (c.get("spec") or {}).get("group") in groups}  # fmt: skip
-    services: list[str] = []
-    if params["webhooks"] and namespace:
-        configs = [c for kind in WEBHOOK_KINDS
-                   for c in reader.list("admissionregistration.k8s.io/v1", kind)]  # fmt: skip
-        services = readiness.webhook_services(configs, namespace)
-    crd_waits = {name for name, crd in crds.items() if readiness.crd_pending(crd)}
-
-    def check() -> list[str]:
-        pending: list[str] = []
-        for name in sorted(crd_waits):
-            crd = reader.get(*CRD_API, name)
-            if crd is not None:
-                crds[name] = crd
-            why = readiness.crd_pending(crd) if crd is not None else f"CRD {name} gone"
-            if why is None:
-                crd_waits.discard(name)
-            else:
-                pending.append(why)
-        if params["deployments"] and namespace:
-            for deployment in reader.list("apps/v1", "Deployment", namespace):
-                why = readiness.deployment_pending(namespace, deployment)
-                pending.extend([why] if why else [])
-        for name in params["daemonsets"]:
-            daemonset = reader.get("apps/v1", "DaemonSet", name, namespace)
-            why = readiness.daemonset_pending(namespace, name, daemonset)
-            pending.extend([why] if why else [])
-        if services:
-            endpoints = {str(e["metadata"]["name"]): e
-                         for e in reader.list("v1", "Endpoints", namespace)}  # fmt: skip
-            for service in services:
-                why = readiness.endpoint_pending(namespace, service, endpoints.get(service))
-                pending.extend([why] if why else [])
-        out["crds"] = readiness.crd_summary(crds.values(), params["crd_groups"])
-        return pending
-
-    return check
+CRD_API = readiness.CRD_API
 
 
 def _gone_checks(reader: kube.Client, params: dict[str, Any]) -> kube.Check:
@@ -195,7 +150,11 @@ def run(module: Any, reader: kube.Client) -> dict[str, Any]:
         if not params["namespace"] and (params["deployments"] or params["daemonsets"]):
             module.fail_json(msg=f"{params['name']}: namespace is required for state=ready")
         start = time.monotonic()
-        check = _ready_checks(reader, params, out)
+        check = readiness.ready_check(
+            reader, namespace=params["namespace"] or "", crd_groups=params["crd_groups"],
+            deployments=params["deployments"], daemonsets=params["daemonsets"],
+            webhooks=params["webhooks"], out=out,
+        )  # fmt: skip
     else:
         start = time.monotonic()
         check = _gone_checks(reader, params)
@@ -203,10 +162,7 @@ def run(module: Any, reader: kube.Client) -> dict[str, Any]:
     out["waited_for"], out["seconds"] = first, round(time.monotonic() - start, 2)
     if left:
         what = "not ready" if params["state"] == "ready" else "not gone"
-        detail = "; ".join(left[:20]) + (f"; and {len(left) - 20} more" if len(left) > 20 else "")
-        if error:
-            detail += f"; reading the cluster: {error}"
-        msg = f"{params['name']}: {what} after {params['timeout']} s: {detail}"
+        msg = kube.unfinished(params["name"], what, params["timeout"], left, error)
         module.fail_json(msg=msg, **out)
     return out
 

@@ -138,99 +138,8 @@ from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import 
 
 try:
     import yaml
-    from kubernetes.dynamic.exceptions import DynamicApiError
-except ImportError:  # AnsibleK8SModule reports the missing kubernetes library
-    DynamicApiError = Exception  # type: ignore[assignment,misc]
-
-REQUEST_TIMEOUT = 60
-
-
-def _message(exc: Any) -> str:
-    """The API server's own message of a failed request, else its reason."""
-    try:
-        body = json.loads(exc.body)
-    except (TypeError, ValueError, AttributeError):
-        body = None
-    if isinstance(body, Mapping) and body.get("message"):
-        return str(body["message"])
-    return str(getattr(exc, "reason", "") or exc)
-
-
-class _Cluster:
-    """manifests.Cluster over kubernetes.core's dynamic client."""
-
-    def __init__(self, dynamic: Any, field_manager: str) -> None:
-        self._dynamic = dynamic
-        self._field_manager = field_manager
-
-    def _resource(self, api_version: str, kind: str) -> Any:
-        resource = kube.served(self._dynamic, api_version, kind)
-        if resource is None:
-            raise manifests.Refused(f"the server has no kind {kind} in {api_version}")
-        return resource
-
-    def namespaced(self, api_version: str, kind: str) -> bool:
-        return bool(self._resource(api_version, kind).namespaced)
-
-    def _where(self, ident: manifests.Ident) -> tuple[Any, str | None]:
-        resource = self._resource(ident[0], ident[1])
-        return resource, (ident[2] or "default") if resource.namespaced else None
-
-    def _named(self, verb: str, ident: manifests.Ident, **kwargs: Any) -> Any:
-        """``verb`` (get, delete) on the object ``ident``; Missing when it or its kind is not
-        there."""
-        try:
-            resource, namespace = self._where(ident)
-            return getattr(self._dynamic, verb)(
-                resource,
-                name=ident[3],
-                namespace=namespace,
-                _request_timeout=REQUEST_TIMEOUT,
-                **kwargs,
-            )
-        except manifests.Refused:
-            raise manifests.Missing(manifests.describe(ident)) from None
-        except DynamicApiError as exc:
-            if exc.status == 404:
-                raise manifests.Missing(manifests.describe(ident)) from None
-            raise
-
-    def get(self, ident: manifests.Ident) -> manifests.Obj:
-        return dict(self._named("get", ident).to_dict())
-
-    def list(self, api_version: str, kind: str) -> dict[tuple[str, str], manifests.Obj]:
-        resource = self._resource(api_version, kind)
-        try:
-            found = self._dynamic.get(resource, _request_timeout=REQUEST_TIMEOUT)
-        except DynamicApiError as exc:
-            raise manifests.Refused(_message(exc)) from None
-        items = found.to_dict().get("items") or []
-        return {
-            (str(item["metadata"].get("namespace") or ""), str(item["metadata"]["name"])): item
-            for item in items
-        }
-
-    def apply(self, ident: manifests.Ident, body: manifests.Obj) -> manifests.Obj:
-        resource, namespace = self._where(ident)
-        try:
-            found = self._dynamic.server_side_apply(
-                resource,
-                body=body,
-                name=ident[3],
-                namespace=namespace,
-                force_conflicts=True,
-                field_manager=self._field_manager,
-                _request_timeout=REQUEST_TIMEOUT,
-            )
-        except DynamicApiError as exc:
-            raise manifests.Refused(_message(exc)) from None
-        return dict(found.to_dict())
-
-    def delete(self, ident: manifests.Ident) -> None:
-        self._named("delete", ident, propagation_policy="Background")
-
-    def refresh(self) -> None:
-        self._dynamic.resources.invalidate_cache()
+except ImportError:  # AnsibleK8SModule reports the missing library (PyYAML comes with it)
+    yaml = None  # type: ignore[assignment]
 
 
 def _argument_spec() -> dict[str, Any]:
@@ -297,7 +206,7 @@ def run(module: Any) -> dict[str, Any]:
         client = get_api_client(module=module)
     except Exception as exc:  # kubeconfig missing or wrong, server unreachable at discovery
         module.fail_json(msg=f"cannot make a Kubernetes client: {exc}")
-    cluster = _Cluster(client.client, params["field_manager"])
+    cluster = kube.Applier(client.client, params["field_manager"])
     if params["state"] == "absent":
         if params["objects"] is not None:
             idents = _idents(module, params["objects"])
