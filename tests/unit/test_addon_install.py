@@ -27,7 +27,9 @@ VALUES = {"custom": {"scheduler_name": "volcano"}}
 def earlier(
     status: str, revision: int = 1, chart: release.Chart = CHART, values: Obj | None = None
 ) -> release.Earlier:
-    return release.Earlier(status, revision, chart, VALUES if values is None else values)
+    return release.Earlier(
+        status, revision, chart.ref, chart.app_version, VALUES if values is None else values
+    )
 
 
 @pytest.mark.parametrize(
@@ -54,17 +56,13 @@ def test_what_an_earlier_run_left_decides_the_steps(
     assert release.deploy_needed(left, CHART, VALUES) is deploy
 
 
-def test_the_release_is_read_from_helm_status_json_and_the_chart_from_its_chart_yaml() -> None:
-    doc = {
-        "name": "volcano",
-        "version": 4,
-        "info": {"status": "deployed"},
-        "chart": {"metadata": {"name": "volcano", "version": "1.15.1", "appVersion": "1.15.1"}},
-        "config": VALUES,
-    }
-    assert release.Earlier.from_status(doc) == earlier("deployed", 4)
-    assert release.Earlier.from_status({"info": {"status": "deployed"}}).values == {}
+def test_the_release_is_read_from_helm_list_and_the_chart_from_its_chart_yaml() -> None:
+    entry = {"name": "volcano", "namespace": NS, "revision": "4", "status": "deployed",
+             "updated": "2026-12-01 00:00:00 +0000 UTC", "chart": "volcano-1.15.1",
+             "app_version": "1.15.1"}  # fmt: skip
+    assert release.Earlier.from_list(entry) == earlier("deployed", 4, values={})
     assert release.chart_of(str(MIRROR / "charts" / "volcano-1.15.1.tgz")) == CHART
+    assert CHART.ref == "volcano-1.15.1"
     assert release.revision_of('{"version": 7, "info": {}}') == 7
     assert release.revision_of("not json") == 0
 
@@ -121,19 +119,21 @@ class FakeModule:
 
 
 def stand_in_helm(tmp: Path, status: Obj | None, after_rollback: Obj | None = None) -> Path:
-    """A helm that logs its arguments and answers ``status`` from a file (rollback swaps in
-    ``after_rollback``); ``upgrade`` fails when its values file says ``fail``."""
-    (tmp / "status.json").write_text(json.dumps(status) if status else "")
-    (tmp / "rolled.json").write_text(json.dumps(after_rollback or {}))
+    """A helm that logs its arguments and answers ``list`` and ``get values`` from files
+    (a rollback swaps in ``after_rollback``); ``upgrade`` fails when its values say ``fail``."""
+    for name, doc in (("now", status), ("rolled", after_rollback)):
+        (tmp / f"{name}-list.json").write_text(json.dumps([doc["entry"]] if doc else []))
+        (tmp / f"{name}-values.json").write_text(json.dumps(doc["values"] if doc else None))
     helm = tmp / "helm"
     helm.write_text(
         "#!/bin/sh\n"
         'd=$(dirname "$0"); echo "$@" >> "$d/args"\n'
         'case "$1" in\n'
-        '  status) [ -s "$d/status.json" ] || { echo "Error: release: not found" >&2; exit 1; };'
-        ' cat "$d/status.json";;\n'
-        '  rollback) cp "$d/rolled.json" "$d/status.json";;\n'
-        '  uninstall) : > "$d/status.json";;\n'
+        '  list) cat "$d/now-list.json";;\n'
+        '  get) cat "$d/now-values.json";;\n'
+        '  rollback) cp "$d/rolled-list.json" "$d/now-list.json";'
+        ' cp "$d/rolled-values.json" "$d/now-values.json";;\n'
+        "  uninstall) echo '[]' > \"$d/now-list.json\";;\n"
         '  upgrade) for a; do case "$a" in *decice-values-*) cp "$a" "$d/seen-values";'
         ' stat -c %a "$a" > "$d/seen-mode";; esac; done;'
         ' grep -q fail "$d/seen-values" && { echo "Error: UPGRADE FAILED: no" >&2; exit 1; };'
@@ -145,9 +145,9 @@ def stand_in_helm(tmp: Path, status: Obj | None, after_rollback: Obj | None = No
 
 
 def status_doc(status: str, revision: int, values: Obj = VALUES) -> Obj:
-    meta = {"name": CHART.name, "version": CHART.version, "appVersion": CHART.app_version}
-    return {"version": revision, "info": {"status": status}, "chart": {"metadata": meta},
-            "config": values}  # fmt: skip
+    entry = {"name": "volcano", "namespace": NS, "revision": str(revision), "status": status,
+             "chart": CHART.ref, "app_version": CHART.app_version}  # fmt: skip
+    return {"entry": entry, "values": values}
 
 
 def install(tmp: Path, helm: Path, cluster: FakeCluster, check_mode: bool = False,
@@ -174,7 +174,7 @@ def test_a_first_install_makes_the_namespace_and_the_release_values_in_a_private
     _, out = install(tmp_path, helm, cluster)
     assert out == {"revision": 5, "steps": ["namespace", "deploy"]}
     assert cluster.writes == [f"create {NS}"]
-    assert helm_calls(tmp_path) == ["status", "upgrade"]
+    assert helm_calls(tmp_path) == ["list", "upgrade"]
     upgrade = (tmp_path / "args").read_text().splitlines()[-1]
     assert upgrade.startswith("upgrade volcano ") and "--install --reset-values" in upgrade
     assert "scheduler_name" not in upgrade, "values never go on helm's command line"
@@ -192,7 +192,7 @@ def test_a_release_deployed_as_wanted_is_kept_and_a_missing_label_added(tmp_path
     assert cluster.writes == [
         f'patch {NS} {{"metadata": {{"labels": {{"app.kubernetes.io/managed-by": "decice"}}}}}}'
     ]
-    assert helm_calls(tmp_path) == ["status"]
+    assert helm_calls(tmp_path) == ["list", "get"]
     _, again = install(tmp_path, helm, cluster)
     assert again == {"revision": 3, "steps": []}
 
@@ -207,14 +207,14 @@ def test_a_killed_upgrade_is_rolled_back_then_kept_when_the_old_revision_is_as_w
     )
     _, out = install(tmp_path, helm, FakeCluster(labels={"app.kubernetes.io/managed-by": "decice"}))
     assert out == {"revision": 3, "steps": ["rollback"]}
-    assert helm_calls(tmp_path) == ["status", "rollback", "status"]
+    assert helm_calls(tmp_path) == ["list", "rollback", "list", "get"]
 
 
 def test_a_broken_first_install_is_removed_then_installed(tmp_path: Path) -> None:
     helm = stand_in_helm(tmp_path, status_doc("pending-install", 1))
     _, out = install(tmp_path, helm, FakeCluster(labels={"app.kubernetes.io/managed-by": "decice"}))
     assert out == {"revision": 5, "steps": ["remove", "deploy"]}
-    assert helm_calls(tmp_path) == ["status", "uninstall", "upgrade"]
+    assert helm_calls(tmp_path) == ["list", "uninstall", "upgrade"]
     assert "--wait" in (tmp_path / "args").read_text().splitlines()[1]
 
 
@@ -223,7 +223,7 @@ def test_check_mode_reads_only_and_says_what_it_would_do(tmp_path: Path) -> None
     cluster = FakeCluster()
     _, out = install(tmp_path, helm, cluster, check_mode=True)
     assert out == {"revision": 1, "steps": ["namespace", "remove", "deploy"]}
-    assert cluster.writes == [] and helm_calls(tmp_path) == ["status"]
+    assert cluster.writes == [] and helm_calls(tmp_path) == ["list"]
 
 
 def test_helm_refusing_fails_in_helm_s_words(tmp_path: Path) -> None:
@@ -231,5 +231,5 @@ def test_helm_refusing_fails_in_helm_s_words(tmp_path: Path) -> None:
     with pytest.raises(release.HelmError, match="helm upgrade volcano: Error: UPGRADE FAILED: no"):
         install(tmp_path, helm, FakeCluster(), values={"fail": True})
     gone = tmp_path / "none"
-    with pytest.raises(release.HelmError, match=rf"running {gone} status"):
+    with pytest.raises(release.HelmError, match=rf"running {gone} list"):
         install(tmp_path, gone, FakeCluster())

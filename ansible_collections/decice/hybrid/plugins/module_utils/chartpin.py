@@ -110,6 +110,18 @@ def file_content(path: str) -> Content:
         return archive_content(handle.read(MAX_BYTES + 1), path)
 
 
+def archive_files(path: str) -> dict[str, bytes]:
+    """The files of a packaged chart, by their path below its top directory (nested chart
+    archives as they are), every member checked as for a pin: the same refusals and
+    bounds (:class:`ChartError`)."""
+    try:
+        with Path(path).open("rb") as handle:
+            data = handle.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise ChartError(f"{path}: cannot read it ({exc})") from None
+    return _read_archive(data, path, _Budget(path))
+
+
 def canonical_chart_yaml(data: bytes, source: str) -> bytes:
     """Chart.yaml as the pin sees it (module docstring)."""
     return json.dumps(

@@ -1,8 +1,9 @@
 """One helm release as the add-on engine keeps it: helm run for one release, what an earlier
 run left, and what the next step is (docs/addons.md).
 
-``decice.hybrid.addon_install`` reads the release once (``helm status -o json``: its state,
-revision, chart and user-supplied values) and decides here what to do:
+``decice.hybrid.addon_install`` reads the release once (``helm list --all``: its state,
+revision and chart; ``helm get values`` for a deployed one: its user-supplied values) and
+decides here what to do:
 
 - a first install that never completed (``pending-install``, or ``failed`` at revision 1):
   remove it first (uninstalling a release that was once deployed would take its templated
@@ -19,10 +20,11 @@ apart from PyYAML for a chart's ``Chart.yaml``.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import tarfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,16 +50,16 @@ class Helm:
     timeout: float = 300
 
     def run(
-        self, verb: str, *args: str, stdin: str | None = None, env: Mapping[str, str] | None = None
+        self, *args: str, env: Mapping[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
-        """``helm VERB RELEASE ARGS --namespace NS``; the completed process, whatever its code."""
-        argv = [self.binary, verb, self.release, *args, "--namespace", self.namespace]
+        """``helm ARGS --namespace NS [--kubeconfig K]``; the completed process, whatever its
+        code."""
+        argv = [self.binary, *args, "--namespace", self.namespace]
         if self.kubeconfig:
             argv += ["--kubeconfig", self.kubeconfig]
         try:
             return subprocess.run(
                 argv,
-                input=stdin,
                 capture_output=True,
                 text=True,
                 timeout=self.timeout + 30,
@@ -65,26 +67,32 @@ class Helm:
                 env=dict(env) if env is not None else None,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise HelmError(f"running {self.binary} {verb}: {exc}") from None
+            raise HelmError(f"running {self.binary} {args[0]}: {exc}") from None
 
-    def must(self, verb: str, *args: str, env: Mapping[str, str] | None = None) -> str:
+    def must(self, *args: str, env: Mapping[str, str] | None = None) -> str:
         """``run``, its stdout; :class:`HelmError` with helm's own words when it fails."""
-        done = self.run(verb, *args, env=env)
+        done = self.run(*args, env=env)
         if done.returncode != 0:
-            raise HelmError(f"helm {verb} {self.release}: {done.stderr.strip()[-2000:]}")
+            raise HelmError(f"helm {args[0]} {self.release}: {done.stderr.strip()[-2000:]}")
         return done.stdout
 
     def status(self) -> Earlier | None:
-        """The release as the last run left it; None when there is none."""
-        done = self.run("status", "--output", "json")
-        if done.returncode != 0:
-            if NOT_FOUND in done.stderr.lower():
-                return None
-            raise HelmError(f"helm status {self.release}: {done.stderr.strip()[-2000:]}")
+        """The release's latest revision as the last run left it (``helm list --all``, and
+        ``helm get values`` when it is deployed); None when there is none."""
+        listed = self.must("list", "--filter", f"^{re.escape(self.release)}$", "--all",
+                           "--output", "json")  # fmt: skip
         try:
-            return Earlier.from_status(json.loads(done.stdout))
+            entry = next((e for e in json.loads(listed or "[]") if e.get("name") == self.release),
+                         None)  # fmt: skip
+            if entry is None:
+                return None
+            earlier = Earlier.from_list(entry)
+            if earlier.status == "deployed":
+                got = self.must("get", "values", self.release, "--output", "json")
+                earlier = replace(earlier, values=dict(json.loads(got or "null") or {}))
         except (ValueError, TypeError, AttributeError) as exc:
-            raise HelmError(f"helm status {self.release}: unreadable output ({exc})") from None
+            raise HelmError(f"helm list {self.release}: unreadable output ({exc})") from None
+        return earlier
 
 
 @dataclass(frozen=True)
@@ -95,28 +103,30 @@ class Chart:
     version: str
     app_version: str = ""
 
+    @property
+    def ref(self) -> str:
+        """name-version, as ``helm list`` names a release's chart."""
+        return f"{self.name}-{self.version}"
+
 
 @dataclass(frozen=True)
 class Earlier:
-    """A release's latest revision as ``helm status -o json`` tells it."""
+    """A release's latest revision as ``helm list --all -o json`` tells it; its user-supplied
+    values (``helm get values``) are read only for a deployed one."""
 
     status: str
     revision: int
-    chart: Chart
+    chart: str  # name-version, as helm lists it
+    app_version: str = ""
     values: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_status(cls, doc: Mapping[str, Any]) -> Earlier:
-        meta = (doc.get("chart") or {}).get("metadata") or {}
+    def from_list(cls, entry: Mapping[str, Any]) -> Earlier:
         return cls(
-            status=str((doc.get("info") or {}).get("status") or ""),
-            revision=int(doc.get("version") or 0),
-            chart=Chart(
-                str(meta.get("name") or ""),
-                str(meta.get("version") or ""),
-                str(meta.get("appVersion") or ""),
-            ),
-            values=dict(doc.get("config") or {}),
+            status=str(entry.get("status") or ""),
+            revision=int(entry.get("revision") or 0),
+            chart=str(entry.get("chart") or ""),
+            app_version=str(entry.get("app_version") or ""),
         )
 
 
@@ -164,7 +174,8 @@ def deploy_needed(earlier: Earlier | None, chart: Chart, values: Mapping[str, An
     one not deployed, or another chart or other values than wanted."""
     if earlier is None or earlier.status != "deployed":
         return True
-    return earlier.chart != chart or dict(earlier.values) != dict(values)
+    same_chart = (earlier.chart, earlier.app_version) == (chart.ref, chart.app_version)
+    return not same_chart or dict(earlier.values) != dict(values)
 
 
 def revision_of(stdout: str) -> int:

@@ -11,7 +11,7 @@ version_added: 0.1.0
 author:
   - decice maintainers (!UNKNOWN)
 description:
-  - One process, one Kubernetes client and one C(helm status) per add-on, where a task per
+  - One process, one Kubernetes client and one read of the release per add-on, where a task per
     step (namespace, release state, CRDs, release, wait) would start a Python and load the
     client each time.
   - Makes O(namespace) with O(namespace_labels), or adds the labels it lacks.
@@ -199,7 +199,9 @@ def _chart_crds(module: Any, client: kube.Client, helm: release.Helm, values: st
     """Render the chart with crds/, have the post-renderer pick and adapt what only crds/
     holds, apply it server-side; whether an object was created or changed."""
     params = module.params
-    rendered = helm.must("template", params["chart"], "--include-crds", "--values", values)
+    rendered = helm.must(
+        "template", helm.release, params["chart"], "--include-crds", "--values", values
+    )
     try:
         picked = subprocess.run(
             [params["post_renderer"], "--chart-crds", "--json"],
@@ -253,10 +255,10 @@ def _install(module: Any, client: kube.Client, out: dict[str, Any]) -> None:
         return
     timeout = f"{params['timeout']}s"
     if repair == "remove":
-        helm.must("uninstall", "--wait", "--timeout", timeout)
+        helm.must("uninstall", helm.release, "--wait", "--timeout", timeout)
         earlier = None
     elif repair == "rollback":
-        helm.must("rollback", "--timeout", timeout)
+        helm.must("rollback", helm.release, "--timeout", timeout)
         earlier = helm.status()
     with _values_file(params["values"]) as values:
         _deploy(module, client, helm, earlier, chart, values, out)
@@ -286,8 +288,8 @@ def _deploy(
     out["revision"] = earlier.revision if earlier else 0
     if release.deploy_needed(earlier, chart, params["values"]):
         done = helm.must(
-            "upgrade", params["chart"], "--install", "--reset-values", "--values", values,
-            "--timeout", timeout, "--output", "json", *renderer, env=env,
+            "upgrade", helm.release, params["chart"], "--install", "--reset-values",
+            "--values", values, "--timeout", timeout, "--output", "json", *renderer, env=env,
         )  # fmt: skip
         out["revision"] = release.revision_of(done)
         steps.append("deploy")

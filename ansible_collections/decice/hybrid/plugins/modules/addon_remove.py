@@ -142,7 +142,7 @@ def _uninstall(module: Any) -> bool:
         args = ["--timeout", f"{params['timeout']}s"] + (
             ["--no-hooks"] if params["disable_hooks"] else []
         )
-        done = helm.run("uninstall", *args)
+        done = helm.run("uninstall", helm.release, *args)
     except release.HelmError as exc:
         module.fail_json(msg=f"{params['name']}: {exc}")
         raise  # fail_json exits; for the type checker
