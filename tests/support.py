@@ -98,6 +98,24 @@ def http_call(
         return exc.code, dict(exc.headers), exc.read()
 
 
+class FakeModule:
+    """What a decice.hybrid module's ``run()`` uses of its AnsibleModule: ``params`` with the
+    argument spec's defaults under the given ones, ``check_mode``, and ``fail_json``, which
+    keeps the failure in ``failed`` and raises SystemExit as Ansible's does."""
+
+    def __init__(
+        self, argument_spec: Mapping[str, Mapping[str, Any]], check_mode: bool = False,
+        **params: Any,
+    ) -> None:  # fmt: skip
+        self.params = {name: spec.get("default") for name, spec in argument_spec.items()} | params
+        self.check_mode = check_mode
+        self.failed: dict[str, Any] | None = None
+
+    def fail_json(self, **kwargs: Any) -> None:
+        self.failed = kwargs
+        raise SystemExit(1)
+
+
 class FakeClock:
     """A clock the test moves: calling it or ``time()`` gives ``now`` (seconds); ``sleep``
     moves ``now`` on, counts in ``sleeps`` and then runs ``on_sleep(sleeps)`` when given

@@ -57,14 +57,15 @@ def test_object_refs_keep_only_what_names_each_object() -> None:
     }
     assert filters.object_refs([crd, command]) == [
         {
-            "apiVersion": "apiextensions.k8s.io/v1",
+            "api_version": "apiextensions.k8s.io/v1",
             "kind": "CustomResourceDefinition",
-            "metadata": {"name": "queues.scheduling.volcano.sh"},
+            "name": "queues.scheduling.volcano.sh",
         },
         {
-            "apiVersion": "bus.volcano.sh/v1alpha1",
+            "api_version": "bus.volcano.sh/v1alpha1",
             "kind": "Command",
-            "metadata": {"name": "held", "namespace": "volcano-system"},
+            "name": "held",
+            "namespace": "volcano-system",
         },
     ]
 
@@ -130,7 +131,7 @@ def test_crd_summary_keeps_the_groups_storage_version_and_established() -> None:
     ]
     assert len(repr(summary)) < 1000  # what task results carry instead of whole CRDs
     assert filters.object_refs(summary)[0] == {
-        "apiVersion": "apiextensions.k8s.io/v1",
+        "api_version": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": "jobs.batch.volcano.sh"},
+        "name": "jobs.batch.volcano.sh",
     }

@@ -14,7 +14,7 @@ import pytest
 from ansible_collections.decice.hybrid.plugins.module_utils import release
 from ansible_collections.decice.hybrid.plugins.modules import addon_install
 
-from tests.support import MIRROR
+from tests.support import MIRROR, FakeModule
 
 pytestmark = pytest.mark.unit
 
@@ -22,6 +22,10 @@ Obj = dict[str, Any]
 NS = "volcano-system"
 CHART = release.Chart("volcano", "1.15.1", "1.15.1")
 VALUES = {"custom": {"scheduler_name": "volcano"}}
+
+
+def fake_module(check_mode: bool = False, **params: Any) -> FakeModule:
+    return FakeModule(addon_install._argument_spec(), check_mode, **params)
 
 
 def earlier(
@@ -106,18 +110,6 @@ class FakeCluster:
         return True
 
 
-class FakeModule:
-    def __init__(self, tmp: Path, check_mode: bool = False, **params: Any) -> None:
-        spec = addon_install._argument_spec()
-        self.params = {name: s.get("default") for name, s in spec.items()} | params
-        self.check_mode = check_mode
-        self.failed: Obj | None = None
-
-    def fail_json(self, **kwargs: Any) -> None:
-        self.failed = kwargs
-        raise SystemExit(1)
-
-
 def stand_in_helm(tmp: Path, status: Obj | None, after_rollback: Obj | None = None) -> Path:
     """A helm that logs its arguments and answers ``list`` and ``get values`` from files
     (a rollback swaps in ``after_rollback``); ``upgrade`` fails when its values say ``fail``."""
@@ -152,14 +144,14 @@ def status_doc(status: str, revision: int, values: Obj = VALUES) -> Obj:
 
 def install(tmp: Path, helm: Path, cluster: FakeCluster, check_mode: bool = False,
             values: Obj = VALUES) -> tuple[FakeModule, Obj]:  # fmt: skip
-    module = FakeModule(
-        tmp, check_mode, name="volcano", release="volcano", namespace=NS, helm=str(helm),
+    fake = fake_module(
+        check_mode, name="volcano", release="volcano", namespace=NS, helm=str(helm),
         namespace_labels={"app.kubernetes.io/managed-by": "decice"}, kubeconfig="/k",
         chart=str(MIRROR / "charts" / "volcano-1.15.1.tgz"), values=values,
     )  # fmt: skip
     out: Obj = {"revision": 0, "steps": []}
-    addon_install._install(module, cluster, out)  # type: ignore[arg-type]
-    return module, out
+    addon_install._install(fake, cluster, out)  # type: ignore[arg-type]
+    return fake, out
 
 
 def helm_calls(tmp: Path) -> list[str]:

@@ -15,13 +15,17 @@ from ansible_collections.decice.hybrid.plugins.module_utils import cluster as ku
 from ansible_collections.decice.hybrid.plugins.module_utils import removal
 from ansible_collections.decice.hybrid.plugins.modules import addon_remove
 
-from tests.support import FakeClock
+from tests.support import FakeClock, FakeModule
 
 pytestmark = pytest.mark.unit
 
 Obj = dict[str, Any]
 NS = "volcano-system"
 GROUP = "batch.volcano.sh"
+
+
+def fake_module(check_mode: bool = False, **params: Any) -> FakeModule:
+    return FakeModule(addon_remove._argument_spec(), check_mode, **params)
 
 
 def crd(name: str, group: str, kind: str) -> Obj:
@@ -234,21 +238,9 @@ def test_kept_namespace_and_no_waits_when_the_caller_waits() -> None:
     assert 19 <= clock.now <= 20
 
 
-class FakeModule:
-    def __init__(self, check_mode: bool = False, **params: Any) -> None:
-        spec = addon_remove._argument_spec()
-        self.params = {name: s.get("default") for name, s in spec.items()} | params
-        self.check_mode = check_mode
-        self.failed: Obj | None = None
-
-    def fail_json(self, **kwargs: Any) -> None:
-        self.failed = kwargs
-        raise SystemExit(1)
-
-
 def test_the_module_refuses_an_extra_object_without_a_name_before_deleting_anything() -> None:
     cluster = FakeCluster(installed())
-    module = FakeModule(name="volcano", release="volcano", namespace=NS,
+    module = fake_module(name="volcano", release="volcano", namespace=NS,
                         extra_objects=[{"api_version": "v1", "kind": "Secret"}])  # fmt: skip
     with pytest.raises(SystemExit):
         addon_remove.run(module, cluster)
@@ -271,12 +263,12 @@ def test_helm_not_found_is_no_release_and_another_error_fails_with_helm_s_words(
     )
     helm.chmod(0o700)
     common = {"namespace": NS, "helm": str(helm), "kubeconfig": "/k", "timeout": 30}
-    assert addon_remove._uninstall(FakeModule(name="a", release="gone", **common)) is False
-    ok = FakeModule(name="a", release="fine", disable_hooks=True, **common)
+    assert addon_remove._uninstall(fake_module(name="a", release="gone", **common)) is False
+    ok = fake_module(name="a", release="fine", disable_hooks=True, **common)
     assert addon_remove._uninstall(ok) is True
     args = (tmp_path / "helm.args").read_text().splitlines()
     assert args[-1] == f"uninstall fine --timeout 30s --no-hooks --namespace {NS} --kubeconfig /k"
-    stuck = FakeModule(name="a", release="stuck", **common)
+    stuck = fake_module(name="a", release="stuck", **common)
     with pytest.raises(SystemExit):
         addon_remove._uninstall(stuck)
     assert stuck.failed == {

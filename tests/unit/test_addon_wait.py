@@ -13,13 +13,17 @@ from ansible_collections.decice.hybrid.plugins.module_utils import readiness, re
 from ansible_collections.decice.hybrid.plugins.modules import addon_wait
 from kubernetes.dynamic.exceptions import DynamicApiError
 
-from tests.support import FakeClock
+from tests.support import FakeClock, FakeModule
 
 pytestmark = pytest.mark.unit
 
 Obj = dict[str, Any]
 NS = "volcano-system"
 CRD_API = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+
+
+def fake_module(check_mode: bool = False, **params: Any) -> FakeModule:
+    return FakeModule(addon_wait._argument_spec(), check_mode, **params)
 
 
 def crd(name: str, group: str, established: bool | None, deleting: bool = False) -> Obj:
@@ -111,21 +115,8 @@ class _ApiException(Exception):
         self.status, self.reason, self.body, self.headers = status, reason, None, {}
 
 
-class FakeModule:
-    def __init__(self, **params: Any) -> None:
-        self.params = {
-            name: spec.get("default") for name, spec in addon_wait._argument_spec().items()
-        }
-        self.params.update(params)
-        self.failed: Obj | None = None
-
-    def fail_json(self, **kwargs: Any) -> None:
-        self.failed = kwargs
-        raise SystemExit(1)
-
-
 def _ready(reader: FakeReader, clock: FakeClock, **params: Any) -> tuple[Obj, FakeModule]:
-    module = FakeModule(name="volcano", namespace=NS, **params)
+    module = fake_module(name="volcano", namespace=NS, **params)
     out: Obj = {"crds": []}
     params = module.params
     check = readiness.ready_check(
@@ -219,7 +210,7 @@ def test_the_module_fails_naming_it_and_counts_as_no_change(
     clock = FakeClock()
     monkeypatch.setattr(addon_wait.time, "sleep", clock.sleep)
     monkeypatch.setattr(addon_wait.time, "monotonic", clock.time)
-    module = FakeModule(name="edgemesh", namespace=NS, daemonsets=["edgemesh-agent"], timeout=5)
+    module = fake_module(name="edgemesh", namespace=NS, daemonsets=["edgemesh-agent"], timeout=5)
     with pytest.raises(SystemExit):
         addon_wait.run(module, reader)  # type: ignore[arg-type]
     assert module.failed is not None
@@ -229,7 +220,7 @@ def test_the_module_fails_naming_it_and_counts_as_no_change(
     )
     assert module.failed["changed"] is False
 
-    done = FakeModule(name="edgemesh", namespace=NS, daemonsets=["fine-ds"], deployments=False)
+    done = fake_module(name="edgemesh", namespace=NS, daemonsets=["fine-ds"], deployments=False)
     reader.objects.append(daemonset("fine-ds", 2, 2))
     assert addon_wait.run(done, reader)["waited_for"] == []  # type: ignore[arg-type]
 

@@ -18,7 +18,7 @@ import pytest
 from ansible_collections.decice.hybrid.plugins.module_utils import manifests
 from ansible_collections.decice.hybrid.plugins.modules import chart_crds
 
-from tests.support import MIRROR
+from tests.support import MIRROR, FakeModule
 
 pytestmark = pytest.mark.unit
 
@@ -76,16 +76,8 @@ class FakeApplier:
         pass
 
 
-class FakeModule:
-    def __init__(self, check_mode: bool = False, **params: Any) -> None:
-        spec = chart_crds._argument_spec()
-        self.params = {name: s.get("default") for name, s in spec.items()} | params
-        self.check_mode = check_mode
-        self.failed: Obj | None = None
-
-    def fail_json(self, **kwargs: Any) -> None:
-        self.failed = kwargs
-        raise SystemExit(1)
+def fake_module(check_mode: bool = False, **params: Any) -> FakeModule:
+    return FakeModule(chart_crds._argument_spec(), check_mode, **params)
 
 
 def modes(root: Path) -> set[tuple[str, int]]:
@@ -97,7 +89,7 @@ def test_sedna_is_unpacked_without_its_crds_privately_applied_once_and_reused(
 ) -> None:
     dest = tmp_path / "addons" / "charts" / "sedna-0123"
     cluster = FakeCluster()
-    out = chart_crds.run(FakeModule(name="sedna", chart=str(SEDNA), dest=str(dest)), cluster)  # type: ignore[arg-type]
+    out = chart_crds.run(fake_module(name="sedna", chart=str(SEDNA), dest=str(dest)), cluster)  # type: ignore[arg-type]
     assert out["changed"] and out["chart"] == str(dest / "chart")
     assert (dest / "chart" / "Chart.yaml").is_file() and (dest / "chart" / "charts" / "lc").is_dir()
     assert not (dest / "chart" / "crds").exists(), "helm must neither install nor store them"
@@ -114,7 +106,7 @@ def test_sedna_is_unpacked_without_its_crds_privately_applied_once_and_reused(
     assert [p.name for p in dest.parent.iterdir()] == ["sedna-0123"], "no scratch left"
 
     cluster.writes.clear()
-    again = chart_crds.run(FakeModule(name="sedna", chart=str(SEDNA), dest=str(dest)), cluster)  # type: ignore[arg-type]
+    again = chart_crds.run(fake_module(name="sedna", chart=str(SEDNA), dest=str(dest)), cluster)  # type: ignore[arg-type]
     assert (again["changed"], cluster.writes) == (False, []), "a second run sends nothing"
 
 
@@ -123,7 +115,7 @@ def test_an_unpack_a_killed_run_left_incomplete_is_made_anew(tmp_path: Path) -> 
     (dest / "chart").mkdir(parents=True)
     (dest / "chart" / "Chart.yaml").write_text("name: half\n")  # no crds.json: not complete
     out = chart_crds.run(
-        FakeModule(name="edgemesh", chart=str(EDGEMESH), dest=str(dest)), FakeCluster()
+        fake_module(name="edgemesh", chart=str(EDGEMESH), dest=str(dest)), FakeCluster()
     )  # type: ignore[arg-type]
     assert "name: edgemesh" in (dest / "chart" / "Chart.yaml").read_text()
     assert out["changed"] and (dest / "crds.json").is_file()
@@ -135,7 +127,7 @@ def test_create_absent_creates_only_what_is_missing_labelled_and_leaves_the_rest
     kept = {"metadata": {"name": "gateways.networking.istio.io", "labels": {"owner": "istio"}}}
     cluster = FakeCluster({"gateways.networking.istio.io": kept})
     labels = {"app.kubernetes.io/managed-by": "decice", "decice.io/addon": "edgemesh"}
-    module = FakeModule(name="edgemesh", chart=str(EDGEMESH), dest=str(tmp_path / "em"),
+    module = fake_module(name="edgemesh", chart=str(EDGEMESH), dest=str(tmp_path / "em"),
                         mode="create_absent", labels=labels)  # fmt: skip
     out = chart_crds.run(module, cluster)  # type: ignore[arg-type]
     want = ["destinationrules.networking.istio.io", "virtualservices.networking.istio.io"]
@@ -149,7 +141,7 @@ def test_create_absent_creates_only_what_is_missing_labelled_and_leaves_the_rest
 def test_check_mode_writes_nothing_and_says_what_would_change(tmp_path: Path) -> None:
     dest = tmp_path / "em-0123"
     cluster = FakeCluster()
-    module = FakeModule(check_mode=True, name="edgemesh", chart=str(EDGEMESH), dest=str(dest))
+    module = fake_module(check_mode=True, name="edgemesh", chart=str(EDGEMESH), dest=str(dest))
     out = chart_crds.run(module, cluster)  # type: ignore[arg-type]
     assert out["changed"] and out["chart"] == str(EDGEMESH) and len(out["crds"]) == 3
     assert not tmp_path.joinpath("em-0123").exists() and cluster.writes == []
@@ -165,7 +157,7 @@ def test_an_unsafe_member_is_refused_before_anything_is_written(tmp_path: Path) 
         link = tarfile.TarInfo("x/crds/a.yaml")
         link.type, link.linkname = tarfile.SYMTYPE, "/etc/shadow"
         tar.addfile(link)
-    module = FakeModule(name="x", chart=str(bad), dest=str(tmp_path / "out"))
+    module = fake_module(name="x", chart=str(bad), dest=str(tmp_path / "out"))
     with pytest.raises(SystemExit):
         chart_crds.run(module, FakeCluster())  # type: ignore[arg-type]
     assert module.failed and "is not a regular file" in module.failed["msg"]

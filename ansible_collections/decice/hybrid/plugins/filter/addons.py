@@ -24,15 +24,15 @@ def not_ready(resources: Iterable[Mapping[str, Any]], condition: str) -> list[st
 
 
 def object_refs(objects: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Each object reduced to what names it (apiVersion, kind, metadata.name and namespace):
-    the ``definition`` list of one ``kubernetes.core.k8s`` call that deletes them all."""
+    """Each object reduced to what names it (api_version, kind, name and namespace): the
+    ``extra_objects`` of one ``decice.hybrid.addon_remove`` that deletes them all."""
     refs: list[dict[str, Any]] = []
     for obj in objects:
         meta = obj.get("metadata") or {}
-        ref_meta = {"name": str(meta["name"])}
+        ref = {"api_version": obj["apiVersion"], "kind": obj["kind"], "name": str(meta["name"])}
         if meta.get("namespace"):
-            ref_meta["namespace"] = str(meta["namespace"])
-        refs.append({"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": ref_meta})
+            ref["namespace"] = str(meta["namespace"])
+        refs.append(ref)
     return refs
 
 

@@ -143,7 +143,6 @@ seconds:
 """
 
 import contextlib
-import copy
 import json
 import os
 import subprocess
@@ -155,7 +154,6 @@ from typing import Any
 
 from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
 from ansible_collections.decice.hybrid.plugins.module_utils import manifests, readiness, release
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 
 REPORT_ENV = "DECICE_POSTRENDER_REPORT"
 
@@ -295,6 +293,24 @@ def _deploy(
         steps.append("deploy")
 
 
+def _argument_spec() -> dict[str, Any]:
+    return kube.argument_spec(
+        name={"type": "str", "required": True},
+        release={"type": "str", "required": True},
+        namespace={"type": "str", "required": True},
+        namespace_labels={"type": "dict", "default": {}},
+        chart={"type": "path", "required": True},
+        values={"type": "dict", "default": {}},
+        helm={"type": "path", "default": "helm"},
+        post_renderer={"type": "str", "default": ""},
+        report_dir={"type": "path"},
+        crd_groups={"type": "list", "elements": "str", "default": []},
+        daemonsets={"type": "list", "elements": "str", "default": []},
+        timeout={"type": "int", "default": 300},
+        interval={"type": "float", "default": 1.0},
+    )
+
+
 def run(module: Any, client: kube.Client) -> dict[str, Any]:
     params = module.params
     if params["kubeconfig"] is not None and not isinstance(params["kubeconfig"], str):
@@ -321,26 +337,6 @@ def run(module: Any, client: kube.Client) -> dict[str, Any]:
         msg = kube.unfinished(params["name"], "not ready", params["timeout"], left, error)
         module.fail_json(msg=msg, **out)
     return out
-
-
-def _argument_spec() -> dict[str, Any]:
-    spec = copy.deepcopy(AUTH_ARG_SPEC)
-    spec.update(
-        name={"type": "str", "required": True},
-        release={"type": "str", "required": True},
-        namespace={"type": "str", "required": True},
-        namespace_labels={"type": "dict", "default": {}},
-        chart={"type": "path", "required": True},
-        values={"type": "dict", "default": {}},
-        helm={"type": "path", "default": "helm"},
-        post_renderer={"type": "str", "default": ""},
-        report_dir={"type": "path"},
-        crd_groups={"type": "list", "elements": "str", "default": []},
-        daemonsets={"type": "list", "elements": "str", "default": []},
-        timeout={"type": "int", "default": 300},
-        interval={"type": "float", "default": 1.0},
-    )
-    return spec
 
 
 def main() -> None:

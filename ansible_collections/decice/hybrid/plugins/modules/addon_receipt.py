@@ -104,22 +104,9 @@ from typing import Any
 
 from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
 from ansible_collections.decice.hybrid.plugins.module_utils import receipts
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
 
 DynamicApiError = kube.DynamicApiError
-
-
-def _argument_spec() -> dict[str, Any]:
-    spec = copy.deepcopy(AUTH_ARG_SPEC)
-    spec.update(
-        state={"type": "str", "choices": ["check", "present", "absent"], "default": "check"},
-        state_dir={"type": "path", "required": True},
-        names={"type": "list", "elements": "str", "default": []},
-        inputs_sha256={"type": "str"},
-        entries={"type": "list", "elements": "dict", "default": []},
-    )
-    return spec
 
 
 def _path(module: Any, name: str) -> Path:
@@ -147,6 +134,16 @@ def _merge(into: dict[str, Any], more: dict[str, Any]) -> None:
             into[key].update(value)
         else:
             into[key] = value
+
+
+def _argument_spec() -> dict[str, Any]:
+    return kube.argument_spec(
+        state={"type": "str", "choices": ["check", "present", "absent"], "default": "check"},
+        state_dir={"type": "path", "required": True},
+        names={"type": "list", "elements": "str", "default": []},
+        inputs_sha256={"type": "str"},
+        entries={"type": "list", "elements": "dict", "default": []},
+    )
 
 
 def run(module: Any) -> dict[str, Any]:

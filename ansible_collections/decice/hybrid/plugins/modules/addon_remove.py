@@ -121,12 +121,10 @@ seconds:
   type: dict
 """
 
-import copy
 from typing import Any
 
 from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
 from ansible_collections.decice.hybrid.plugins.module_utils import release, removal
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 
 
 def _uninstall(module: Any) -> bool:
@@ -156,6 +154,23 @@ def _uninstall(module: Any) -> bool:
     return False
 
 
+def _argument_spec() -> dict[str, Any]:
+    return kube.argument_spec(
+        name={"type": "str", "required": True},
+        release={"type": "str", "required": True},
+        namespace={"type": "str", "required": True},
+        helm={"type": "path", "default": "helm"},
+        crd_groups={"type": "list", "elements": "str", "default": []},
+        extra_objects={"type": "list", "elements": "dict", "default": []},
+        disable_hooks={"type": "bool", "default": False},
+        keep_namespace={"type": "bool", "default": False},
+        cr_grace={"type": "float", "default": 10},
+        crds_wait={"type": "bool", "default": True},
+        namespace_wait={"type": "bool", "default": True},
+        timeout={"type": "int", "default": 300},
+    )
+
+
 def run(module: Any, client: removal.Cluster) -> dict[str, Any]:
     params = module.params
     for index, item in enumerate(params["extra_objects"]):
@@ -183,25 +198,6 @@ def run(module: Any, client: removal.Cluster) -> dict[str, Any]:
             **out,
         )
     return out
-
-
-def _argument_spec() -> dict[str, Any]:
-    spec = copy.deepcopy(AUTH_ARG_SPEC)
-    spec.update(
-        name={"type": "str", "required": True},
-        release={"type": "str", "required": True},
-        namespace={"type": "str", "required": True},
-        helm={"type": "path", "default": "helm"},
-        crd_groups={"type": "list", "elements": "str", "default": []},
-        extra_objects={"type": "list", "elements": "dict", "default": []},
-        disable_hooks={"type": "bool", "default": False},
-        keep_namespace={"type": "bool", "default": False},
-        cr_grace={"type": "float", "default": 10},
-        crds_wait={"type": "bool", "default": True},
-        namespace_wait={"type": "bool", "default": True},
-        timeout={"type": "int", "default": 300},
-    )
-    return spec
 
 
 def main() -> None:

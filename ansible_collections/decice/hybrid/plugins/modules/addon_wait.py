@@ -121,13 +121,11 @@ seconds:
   type: float
 """
 
-import copy
 import time
 from typing import Any
 
 from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
 from ansible_collections.decice.hybrid.plugins.module_utils import readiness
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 
 CRD_API = readiness.CRD_API
 
@@ -141,6 +139,22 @@ def _gone_checks(reader: kube.Client, params: dict[str, Any]) -> kube.Check:
         return pending
 
     return check
+
+
+def _argument_spec() -> dict[str, Any]:
+    return kube.argument_spec(
+        state={"type": "str", "choices": ["ready", "gone"], "default": "ready"},
+        name={"type": "str", "required": True},
+        namespace={"type": "str"},
+        crd_groups={"type": "list", "elements": "str", "default": []},
+        daemonsets={"type": "list", "elements": "str", "default": []},
+        deployments={"type": "bool", "default": True},
+        webhooks={"type": "bool", "default": True},
+        crds={"type": "list", "elements": "str"},
+        namespace_selector={"type": "str", "default": ""},
+        timeout={"type": "int", "default": 300},
+        interval={"type": "float", "default": 1.0},
+    )
 
 
 def run(module: Any, reader: kube.Client) -> dict[str, Any]:
@@ -165,24 +179,6 @@ def run(module: Any, reader: kube.Client) -> dict[str, Any]:
         msg = kube.unfinished(params["name"], what, params["timeout"], left, error)
         module.fail_json(msg=msg, **out)
     return out
-
-
-def _argument_spec() -> dict[str, Any]:
-    spec = copy.deepcopy(AUTH_ARG_SPEC)
-    spec.update(
-        state={"type": "str", "choices": ["ready", "gone"], "default": "ready"},
-        name={"type": "str", "required": True},
-        namespace={"type": "str"},
-        crd_groups={"type": "list", "elements": "str", "default": []},
-        daemonsets={"type": "list", "elements": "str", "default": []},
-        deployments={"type": "bool", "default": True},
-        webhooks={"type": "bool", "default": True},
-        crds={"type": "list", "elements": "str"},
-        namespace_selector={"type": "str", "default": ""},
-        timeout={"type": "int", "default": 300},
-        interval={"type": "float", "default": 1.0},
-    )
-    return spec
 
 
 def main() -> None:

@@ -189,14 +189,12 @@ report:
   type: str
 """
 
-import copy
 import json
 from collections.abc import Mapping
 from typing import Any
 
 from ansible_collections.decice.hybrid.plugins.module_utils import apiscan
 from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
 
 try:
@@ -244,8 +242,7 @@ def _fetcher(dynamic: Any) -> apiscan.Fetch:
 
 
 def _argument_spec() -> dict[str, Any]:
-    spec = copy.deepcopy(AUTH_ARG_SPEC)
-    spec.update(
+    return kube.argument_spec(
         namespaces={"type": "list", "elements": "str", "default": []},
         dest={"type": "path"},
         compare_to={"type": "path"},
@@ -263,7 +260,6 @@ def _argument_spec() -> dict[str, Any]:
             },
         },
     )
-    return spec
 
 
 def run(module: Any) -> dict[str, Any]:

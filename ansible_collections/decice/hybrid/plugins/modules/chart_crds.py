@@ -104,7 +104,6 @@ from typing import Any
 
 from ansible_collections.decice.hybrid.plugins.module_utils import chartpin, manifests
 from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 
 REPORT_ENV = "DECICE_POSTRENDER_REPORT"
 CRD_SUFFIXES = (".yaml", ".yml", ".json")
@@ -226,6 +225,18 @@ def _apply(client: kube.Client, docs: list[manifests.Obj], source: str, dry: boo
     return bool(outcome.created or outcome.updated)
 
 
+def _argument_spec() -> dict[str, Any]:
+    return kube.argument_spec(
+        name={"type": "str", "required": True},
+        chart={"type": "path", "required": True},
+        dest={"type": "path", "required": True},
+        mode={"type": "str", "choices": ["apply", "create_absent"], "default": "apply"},
+        labels={"type": "dict", "default": {}},
+        post_renderer={"type": "str", "default": ""},
+        report={"type": "path"},
+    )
+
+
 def run(module: Any, client: kube.Client) -> dict[str, Any]:
     params, dry = module.params, module.check_mode
     out: dict[str, Any] = {"changed": False, "chart": "", "crds": [], "created": []}
@@ -243,20 +254,6 @@ def run(module: Any, client: kube.Client) -> dict[str, Any]:
         module.fail_json(msg=f"{params['name']}: {exc}", **out)
     out["changed"] = wrote or changed
     return out
-
-
-def _argument_spec() -> dict[str, Any]:
-    spec = copy.deepcopy(AUTH_ARG_SPEC)
-    spec.update(
-        name={"type": "str", "required": True},
-        chart={"type": "path", "required": True},
-        dest={"type": "path", "required": True},
-        mode={"type": "str", "choices": ["apply", "create_absent"], "default": "apply"},
-        labels={"type": "dict", "default": {}},
-        post_renderer={"type": "str", "default": ""},
-        report={"type": "path"},
-    )
-    return spec
 
 
 def main() -> None:

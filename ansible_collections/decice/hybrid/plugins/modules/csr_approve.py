@@ -90,7 +90,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible_collections.decice.hybrid.plugins.module_utils import cluster as kube
-from ansible_collections.kubernetes.core.plugins.module_utils.args_common import AUTH_ARG_SPEC
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import get_api_client
 
 try:
@@ -216,8 +215,7 @@ def run(module: Any) -> dict[str, Any]:
 
 
 def main() -> None:
-    spec = copy.deepcopy(AUTH_ARG_SPEC)
-    spec.update(
+    spec = kube.argument_spec(
         username={"type": "str", "required": True},
         common_name={"type": "str", "required": True},
         signer_name={"type": "str", "default": "kubernetes.io/kubelet-serving"},
