@@ -20,7 +20,7 @@ description:
     files 0600, every member checked as for a content pin (no link, device, absolute or
     C(..) name, bounded size). The C(crds/) files (C(*.yaml), C(*.yml), C(*.json), by
     path) are gathered into one JSON list, O(dest)C(/crds.json), through O(post_renderer)
-    C(--json) when one is set (the sim: adapted for its API server, reported in
+    C(--json) when one is set (on the sim, adapted for its API server and reported in
     O(report)). The unpacked chart is built beside O(dest) and renamed into place, so a
     run killed half-way leaves none; a later run with the same O(dest) reuses it.
   - With O(mode=apply), applies the CRDs server-side (field manager C(decice)); each
@@ -169,8 +169,8 @@ def _unpack(params: dict[str, Any], dry: bool) -> tuple[Path, list[Any], bool]:
         for rel, body in files.items():
             if not rel.startswith("crds/"):
                 _write_private(scratch / "chart" / rel, body)
-        for directory, _, _ in os.walk(scratch):
-            Path(directory).chmod(0o700)
+        for walked in os.walk(scratch):
+            Path(walked[0]).chmod(0o700)
         _write_private(scratch / "crds.json", json.dumps(docs).encode())
         if dest.exists():  # a complete unpack is reused above: this one is not
             shutil.rmtree(dest)
