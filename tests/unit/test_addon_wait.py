@@ -295,3 +295,29 @@ def test_webhook_services_of_the_namespace_each_once() -> None:
     assert readiness.webhook_services(configs, NS) == ["svc-a", "svc-b"]
     assert readiness.endpoint_pending(NS, "svc-a", None) is not None
     assert readiness.endpoint_pending(NS, "svc-a", endpoints("svc-a", True)) is None
+
+
+def test_a_wait_that_runs_out_names_the_first_20_and_the_last_read_s_error() -> None:
+    """cluster.wait, shared by addon_wait and addon_install: the first 20 pending, how many
+    more, and the error of a last read that failed; what was pending first goes to out."""
+    pending = [f"Pod {NS}/p{i} not ready" for i in range(25)]
+    module, out = fake_module(name="volcano", timeout=0), {}
+    with pytest.raises(SystemExit):
+        kube.wait(module, lambda: pending, "not ready", 0.0, out)
+    assert module.failed is not None
+    assert module.failed["msg"] == (
+        "volcano: not ready after 0 s: " + "; ".join(pending[:20]) + "; and 5 more"
+    )
+    assert out["waited_for"] == pending
+
+    def broken() -> list[str]:
+        raise OSError("connection refused")
+
+    module = fake_module(name="volcano", timeout=0)
+    with pytest.raises(SystemExit):
+        kube.wait(module, broken, "not gone", 0.0, {})
+    assert module.failed is not None
+    assert module.failed["msg"] == (
+        "volcano: not gone after 0 s: (the last read failed); "
+        "reading the cluster: OSError: connection refused"
+    )

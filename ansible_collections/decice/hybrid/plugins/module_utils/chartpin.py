@@ -105,21 +105,24 @@ def archive_content(data: bytes, source: str) -> Content:
     )
 
 
+def archive_bytes(path: str) -> bytes:
+    """A packaged chart's bytes, at most one more than MAX_BYTES (the bound then refuses it)."""
+    try:
+        with Path(path).open("rb") as handle:
+            return handle.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise ChartError(f"{path}: cannot read it ({exc})") from None
+
+
 def file_content(path: str) -> Content:
-    with Path(path).open("rb") as handle:
-        return archive_content(handle.read(MAX_BYTES + 1), path)
+    return archive_content(archive_bytes(path), path)
 
 
 def archive_files(path: str) -> dict[str, bytes]:
     """The files of a packaged chart, by their path below its top directory (nested chart
     archives as they are), every member checked as for a pin: the same refusals and
     bounds (:class:`ChartError`)."""
-    try:
-        with Path(path).open("rb") as handle:
-            data = handle.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise ChartError(f"{path}: cannot read it ({exc})") from None
-    return _read_archive(data, path, _Budget(path))
+    return _read_archive(archive_bytes(path), path, _Budget(path))
 
 
 def canonical_chart_yaml(data: bytes, source: str) -> bytes:

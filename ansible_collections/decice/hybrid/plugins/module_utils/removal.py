@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from ansible_collections.decice.hybrid.plugins.module_utils import readiness
 
 Obj = dict[str, Any]
-CRD_API = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+CRD_API = readiness.CRD_API
 WEBHOOK_API = "admissionregistration.k8s.io/v1"
 WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 APISERVICE = ("apiregistration.k8s.io/v1", "APIService")

@@ -331,11 +331,7 @@ def run(module: Any, client: kube.Client) -> dict[str, Any]:
         client, namespace=params["namespace"], crd_groups=params["crd_groups"],
         daemonsets=params["daemonsets"], out=out,
     )  # fmt: skip
-    first, left, error = kube.poll(check, params["timeout"], params["interval"])
-    out["waited_for"], out["seconds"] = first, round(time.monotonic() - start, 2)
-    if left:
-        msg = kube.unfinished(params["name"], "not ready", params["timeout"], left, error)
-        module.fail_json(msg=msg, **out)
+    kube.wait(module, check, "not ready", start, out)
     return out
 
 

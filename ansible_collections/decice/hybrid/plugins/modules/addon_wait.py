@@ -160,24 +160,18 @@ def _argument_spec() -> dict[str, Any]:
 def run(module: Any, reader: kube.Client) -> dict[str, Any]:
     params = module.params
     out: dict[str, Any] = {"changed": False, "crds": [], "waited_for": [], "seconds": 0.0}
+    start = time.monotonic()
     if params["state"] == "ready":
         if not params["namespace"] and (params["deployments"] or params["daemonsets"]):
             module.fail_json(msg=f"{params['name']}: namespace is required for state=ready")
-        start = time.monotonic()
         check = readiness.ready_check(
             reader, namespace=params["namespace"] or "", crd_groups=params["crd_groups"],
             deployments=params["deployments"], daemonsets=params["daemonsets"],
             webhooks=params["webhooks"], out=out,
         )  # fmt: skip
     else:
-        start = time.monotonic()
         check = _gone_checks(reader, params)
-    first, left, error = kube.poll(check, params["timeout"], params["interval"])
-    out["waited_for"], out["seconds"] = first, round(time.monotonic() - start, 2)
-    if left:
-        what = "not ready" if params["state"] == "ready" else "not gone"
-        msg = kube.unfinished(params["name"], what, params["timeout"], left, error)
-        module.fail_json(msg=msg, **out)
+    kube.wait(module, check, "not ready" if params["state"] == "ready" else "not gone", start, out)
     return out
 
 

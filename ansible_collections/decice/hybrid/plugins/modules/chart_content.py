@@ -125,8 +125,7 @@ def _content(module: AnsibleModule, path: str) -> tuple[bytes, chartpin.Content]
     elif Path(path).is_dir():
         data = _packaged(module, path, path)
     else:
-        with Path(path).open("rb") as handle:
-            data = handle.read(chartpin.MAX_BYTES + 1)
+        data = chartpin.archive_bytes(path)
     return data, chartpin.archive_content(data, path)
 
 
