@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.decice.hybrid.plugins.module_utils import release
+from ansible_collections.decice.hybrid.plugins.module_utils import manifests, release
 from ansible_collections.decice.hybrid.plugins.modules import addon_install
 
 from tests.support import MIRROR, FakeModule
@@ -225,3 +225,80 @@ def test_helm_refusing_fails_in_helm_s_words(tmp_path: Path) -> None:
     gone = tmp_path / "none"
     with pytest.raises(release.HelmError, match=rf"running {gone} list"):
         install(tmp_path, gone, FakeCluster())
+
+
+# ------------------------------------------------------------ patches after the release
+
+
+def test_a_merge_patch_merges_mappings_replaces_lists_and_removes_on_null() -> None:
+    live = {"metadata": {"labels": {"a": "1", "b": "2"}}, "spec": {"tolerations": [{"key": "x"}]}}
+    patch = {"metadata": {"labels": {"b": None, "c": ""}}, "spec": {"tolerations": [{"key": "y"}]}}
+    assert manifests.merge_patched(live, patch) == {
+        "metadata": {"labels": {"a": "1", "c": ""}},
+        "spec": {"tolerations": [{"key": "y"}]},
+    }
+    assert live["metadata"]["labels"] == {"a": "1", "b": "2"}, "the target is not changed"
+    assert manifests.merge_patched({"a": 1}, {"a": {"b": None}}) == {"a": {}}
+    assert manifests.merge_patched([1], {"a": 1}) == {"a": 1}
+
+
+class Objects:
+    """Any object by (kind, namespace, name); merge patches applied as the API server would."""
+
+    def __init__(self, **objects: Obj) -> None:
+        self.objects = objects
+        self.writes: list[str] = []
+
+    def get(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> Obj | None:
+        found = self.objects.get(f"{kind}/{namespace}/{name}")
+        return json.loads(json.dumps(found)) if found is not None else None
+
+    def merge_patch(self, api_version: str, kind: str, name: str, body: Obj,
+                    namespace: str | None = None) -> bool:  # fmt: skip
+        key = f"{kind}/{namespace}/{name}"
+        self.writes.append(key)
+        self.objects[key] = manifests.merge_patched(self.objects[key], body)
+        return True
+
+
+TOLERATIONS = [
+    {"key": "node-role.kubernetes.io/edge", "operator": "Exists", "effect": "NoSchedule"}
+]
+LC_PATCH = {"api_version": "apps/v1", "kind": "DaemonSet", "name": "lc",
+            "patch": {"spec": {"template": {"spec": {"tolerations": TOLERATIONS}}}}}  # fmt: skip
+
+
+def patched(cluster: Objects, patches: list[Obj], check_mode: bool = False) -> list[str]:
+    fake = fake_module(check_mode, name="sedna", release="sedna", namespace="sedna",
+                       chart="/c.tgz", patches=patches)  # fmt: skip
+    steps: list[str] = []
+    addon_install._patches(fake, cluster, steps)  # type: ignore[arg-type]
+    return steps
+
+
+def test_a_patch_is_sent_once_and_a_second_run_sends_none() -> None:
+    lc = {"metadata": {"name": "lc"}, "spec": {"template": {"spec": {"containers": []}}}}
+    cluster = Objects(**{"DaemonSet/sedna/lc": lc})
+    label = {"api_version": "v1", "kind": "Service", "name": "kubernetes", "namespace": "default",
+             "patch": {"metadata": {"labels": {"proxy": ""}}}}  # fmt: skip
+    cluster.objects["Service/default/kubernetes"] = {"metadata": {"name": "kubernetes"}}
+    assert patched(cluster, [LC_PATCH], check_mode=True) == ["patch DaemonSet/lc"]
+    assert cluster.writes == [], "check mode sends nothing"
+    assert patched(cluster, [LC_PATCH, label]) == ["patch DaemonSet/lc", "patch Service/kubernetes"]
+    assert cluster.writes == ["DaemonSet/sedna/lc", "Service/default/kubernetes"]
+    spec = cluster.objects["DaemonSet/sedna/lc"]["spec"]["template"]["spec"]
+    assert spec == {"containers": [], "tolerations": TOLERATIONS}
+    assert patched(cluster, [LC_PATCH, label]) == []
+    assert len(cluster.writes) == 2, "a patch that changes nothing is not sent"
+
+
+def test_a_patch_of_a_missing_object_or_without_its_fields_is_named() -> None:
+    with pytest.raises(release.HelmError, match=r"patches\[0\]: DaemonSet sedna/lc is not there"):
+        patched(Objects(), [LC_PATCH])
+    assert patched(Objects(), [LC_PATCH], check_mode=True) == ["patch DaemonSet/lc"]
+    with pytest.raises(release.HelmError, match=r"patches\[1\]: needs .*missing or wrong: name"):
+        patched(Objects(**{"DaemonSet/sedna/lc": {}}), [LC_PATCH, {**LC_PATCH, "name": ""}])
+    with pytest.raises(release.HelmError, match=r"patches\[0\]: .*missing or wrong: patch"):
+        patched(Objects(), [{**LC_PATCH, "patch": ["x"]}])

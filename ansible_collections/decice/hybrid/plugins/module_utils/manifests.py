@@ -125,6 +125,21 @@ def stamped(body: Mapping[str, Any]) -> Obj:
     return result
 
 
+def merge_patched(target: Any, patch: Any) -> Any:
+    """``target`` after the JSON merge patch ``patch`` (RFC 7386): a mapping merges key by
+    key, a null removes the key, anything else (lists too) replaces. ``target`` is not
+    changed."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patched(out.get(key), value)
+    return out
+
+
 def is_current(live: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
     """Whether ``live`` was last applied from exactly ``body``."""
     annotations = (live.get("metadata") or {}).get("annotations") or {}

@@ -27,6 +27,8 @@ description:
   - Runs C(helm upgrade --install --reset-values) unless the release is deployed with the
     same chart (name, version, appVersion) and the same values, so a second run makes no
     new revision.
+  - Then sends each of O(patches) that would change its object, so that the wait sees the
+    add-on as it will run (e.g. tolerations a chart cannot set).
   - Then waits until the add-on is ready, as M(decice.hybrid.addon_wait) with
     O(decice.hybrid.addon_wait#module:state=ready) does (CRDs of O(crd_groups)
     Established, Deployments Available, a ready endpoint behind each webhook Service).
@@ -84,6 +86,15 @@ options:
     type: list
     elements: str
     default: []
+  patches:
+    description:
+      - JSON merge patches (RFC 7386) of objects the release made, sent after the release
+        and before the wait, each only when it would change the object. Each has
+        C(api_version), C(kind), C(name), C(patch) and optionally C(namespace) (default
+        O(namespace)).
+    type: list
+    elements: dict
+    default: []
   timeout:
     description: Seconds helm and the readiness wait may each take.
     type: int
@@ -120,7 +131,7 @@ revision:
 steps:
   description:
     - What the run did, in order, from C(namespace), C(remove), C(rollback), C(crds),
-      C(deploy) (in check mode, what it would do).
+      C(deploy), C(patch KIND/NAME) (in check mode, what it would do).
   returned: always
   type: list
   elements: str
@@ -293,6 +304,41 @@ def _deploy(
         steps.append("deploy")
 
 
+def _patches(module: Any, client: kube.Client, steps: list[str]) -> None:
+    """Send each patch of ``patches`` that would change its object (checked locally
+    against the object as it is, so a second run sends none)."""
+    params = module.params
+    for index, item in enumerate(params["patches"]):
+        where = f"patches[{index}]"
+        missing = [key for key in ("api_version", "kind", "name", "patch") if not item.get(key)]
+        if missing or not isinstance(item["patch"], dict):
+            raise release.HelmError(
+                f"{where}: needs api_version, kind, name and patch (a mapping); "
+                f"missing or wrong: {', '.join(missing) or 'patch'}"
+            )
+        api_version, kind, name = str(item["api_version"]), str(item["kind"]), str(item["name"])
+        namespace = str(item.get("namespace") or params["namespace"])
+        try:
+            live = client.get(api_version, kind, name, namespace)
+        except kube.DynamicApiError as exc:
+            raise release.HelmError(f"{where}: reading {kind} {namespace}/{name}: "
+                                    f"{kube.api_message(exc)}") from None  # fmt: skip
+        if live is None:
+            if module.check_mode:  # the release that would make it is not there yet
+                steps.append(f"patch {kind}/{name}")
+                continue
+            raise release.HelmError(f"{where}: {kind} {namespace}/{name} is not there")
+        if manifests.merge_patched(live, item["patch"]) == live:
+            continue
+        if not module.check_mode:
+            try:
+                client.merge_patch(api_version, kind, name, item["patch"], namespace)
+            except kube.DynamicApiError as exc:
+                raise release.HelmError(f"{where}: patching {kind} {namespace}/{name}: "
+                                        f"{kube.api_message(exc)}") from None  # fmt: skip
+        steps.append(f"patch {kind}/{name}")
+
+
 def _argument_spec() -> dict[str, Any]:
     return kube.argument_spec(
         name={"type": "str", "required": True},
@@ -306,6 +352,7 @@ def _argument_spec() -> dict[str, Any]:
         report_dir={"type": "path"},
         crd_groups={"type": "list", "elements": "str", "default": []},
         daemonsets={"type": "list", "elements": "str", "default": []},
+        patches={"type": "list", "elements": "dict", "default": []},
         timeout={"type": "int", "default": 300},
         interval={"type": "float", "default": 1.0},
     )
@@ -321,6 +368,7 @@ def run(module: Any, client: kube.Client) -> dict[str, Any]:
                            "waited_for": [], "seconds": 0.0}  # fmt: skip
     try:
         _install(module, client, out)
+        _patches(module, client, out["steps"])
     except release.HelmError as exc:
         module.fail_json(msg=f"{params['name']}: {exc}", **out)
     out["changed"] = bool(out["steps"])
