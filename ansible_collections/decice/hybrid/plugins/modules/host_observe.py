@@ -12,10 +12,10 @@ version_added: 0.1.0
 author:
   - decice maintainers (!UNKNOWN)
 description:
-  - Read-only. Gathers in one module run what C(roles/baseline/tasks/snapshot.yml) turns into a
-    clean-slate snapshot (filter C(decice.hybrid.host_snapshot)), so that a snapshot costs one
-    round trip per host instead of one per file, command and path; C(roles/restore/tasks/undo.yml)
-    reads what it is to undo with it too.
+  - Read-only. Gathers in one module run what M(decice.hybrid.host_snapshot) turns into a
+    clean-slate snapshot (with the code of the filter C(decice.hybrid.host_snapshot)), so that a
+    snapshot costs one round trip per host instead of one per file, command and path;
+    C(roles/restore/tasks/undo.yml) reads what it is to undo with it too.
   - A file that cannot be read is returned as null; a command that is missing or fails is
     returned with its rc (127 when the program does not exist) and no error.
   - Always returns C(changed=false); supports check mode.
