@@ -571,6 +571,19 @@ def test_local_up_baseline_then_verify(tmp_path: Path) -> None:
     assert "verify: clean slate" in clean.stdout
     assert _recap(clean.stdout)["changed"] == 0
 
+    # a later change of baseline_paths: verify snapshots with the baseline's own settings,
+    # so nothing differs; with verify_use_baseline_settings false (the way for baselines that
+    # did not record them) it snapshots with the settings as set, and the path left out shows
+    fewer = json.dumps({"baseline_paths": [str(tracked / "etc-kubernetes")]})
+    own = _playbook("verify", "-e", settings, "-e", strict, "-e", fewer)
+    assert own.returncode == 0, own.stdout[-5000:]
+    as_set = _playbook(
+        "verify", "-e", settings, "-e", strict, "-e", fewer,
+        "-e", '{"verify_use_baseline_settings": false}',
+    )  # fmt: skip
+    assert as_set.returncode != 0
+    assert f"paths removed {tracked / 'var-lib-kubelet'}" in as_set.stdout, as_set.stdout[-3000:]
+
     # a tracked path appears: verify sees it and fails
     (tracked / "etc-kubernetes").mkdir()
     dirty = _playbook("verify", "-e", settings, "-e", strict)

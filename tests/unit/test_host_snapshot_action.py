@@ -88,8 +88,8 @@ def test_one_observation_and_the_filters_snapshot() -> None:
             "paths": ARGS["paths"],
         }
     )
-    assert result["snapshot"] == expected
-    snapshot = result["snapshot"]
+    assert result["ansible_facts"] == {"baseline_host_snapshot": expected}
+    snapshot = expected
     assert "interfaces" in snapshot and any("cni0" in i for i in snapshot["interfaces"])
     assert not any("user@" in s for s in snapshot["services"])  # ignored by its pattern
     assert snapshot["iptables"] == []  # no iptables on the host: an empty section
@@ -100,7 +100,7 @@ def test_a_failed_observation_is_the_tasks_failure() -> None:
     result = plugin.run(task_vars={})
     assert result["failed"] is True
     assert result["msg"] == "python3 not found"
-    assert "snapshot" not in result
+    assert "ansible_facts" not in result
 
 
 def test_an_unknown_option_is_refused_by_name() -> None:

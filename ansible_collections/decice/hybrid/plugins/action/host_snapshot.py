@@ -1,5 +1,7 @@
 """Action plugin decice.hybrid.host_snapshot: a host's clean-slate snapshot in one task.
 
+Sets the host fact ``baseline_host_snapshot``.
+
 Runs ``decice.hybrid.host_observe`` on the host (one module run: packages, services, the
 commands and files a snapshot reads, the tracked sysctls and paths) and turns its result
 into ``{section: [entries]}`` on the controller with the filter's own code
@@ -42,13 +44,13 @@ class ActionModule(ActionBase):
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
-        _, args = self.validate_argument_spec(
+        args = self.validate_argument_spec(
             argument_spec={
                 "paths": {"type": "list", "elements": "str", "default": []},
                 "sysctls": {"type": "list", "elements": "str", "default": []},
                 "ignore_services": {"type": "list", "elements": "str", "default": []},
             }
-        )
+        )[1]
         observed = self._execute_module(
             module_name="decice.hybrid.host_observe",
             module_args={
@@ -74,5 +76,6 @@ class ActionModule(ActionBase):
                 "paths": args["paths"],
             }
         )
-        result.update(changed=False, snapshot=snapshot)
+        # a host fact, as package_facts returns its packages: no set_fact task per host
+        result.update(changed=False, ansible_facts={"baseline_host_snapshot": snapshot})
         return result

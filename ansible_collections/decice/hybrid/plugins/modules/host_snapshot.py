@@ -14,6 +14,8 @@ description:
     ports, iptables and ip6tables chains, nftables tables, interfaces, mounts, swap, fstab, kernel
     modules, hostname, users, groups, and the given sysctls and paths) and turns the result into
     the snapshot on the controller with the code of the filter C(decice.hybrid.host_snapshot).
+  - Sets the host fact C(baseline_host_snapshot) (as M(ansible.builtin.package_facts) sets
+    C(packages)), so a snapshot is one task per host.
   - The one snapshot implementation, C(roles/baseline/tasks/snapshot.yml), runs it; the
     C(baseline) role stores the result, C(verify) compares it with the baseline and C(restore)
     finds what a cluster left with it.
@@ -42,12 +44,15 @@ EXAMPLES = r"""
     paths: [/etc/kubernetes]
     sysctls: [net.ipv4.ip_forward]
     ignore_services: ['^user@']
-  register: taken
 """
 
 RETURN = r"""
-snapshot:
-  description: C({section => [entries]}), each list sorted (see the filter C(decice.hybrid.host_snapshot)).
-  type: dict
+ansible_facts:
+  description: The host fact C(baseline_host_snapshot).
+  type: complex
   returned: always
+  contains:
+    baseline_host_snapshot:
+      description: C({section => [entries]}), each list sorted (see the filter C(decice.hybrid.host_snapshot)).
+      type: dict
 """
