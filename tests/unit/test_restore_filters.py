@@ -76,3 +76,40 @@ def test_a_rerun_after_a_kill_finds_the_done_part_empty() -> None:
 def test_modules_stay_when_unloading_is_off_and_an_empty_record_is_nothing() -> None:
     assert restore.restore_undo(RECORD, _observed(), False)["modules"] == []
     assert restore.restore_undo({"schema": 1}, {}) == {"paths": [], "sysctls": {}, "modules": []}
+
+
+LEFTOVERS = {
+    "interfaces": ["cni0"],
+    "paths": ["/etc/kubernetes"],
+    "sysctls": {"net.ipv4.ip_forward": "0", "vm.max_map_count": "65530"},
+    "modules": ["br_netfilter", "overlay"],
+    "users": ["kube"],
+    "groups": ["kube-cert"],
+    "packages": ["conntrack"],
+}
+
+
+def test_removals_take_what_the_settings_allow() -> None:
+    everything = restore.restore_removals(LEFTOVERS)
+    assert everything == {
+        "interfaces": ["cni0"],
+        "paths": ["/etc/kubernetes"],
+        "sysctls": {"net.ipv4.ip_forward": "0", "vm.max_map_count": "65530"},
+        "modules": ["overlay", "br_netfilter"],  # the last loaded first
+        "users": ["kube"],
+        "groups": ["kube-cert"],
+    }
+    narrow = restore.restore_removals(
+        LEFTOVERS, kernel_wide=False, unload_modules=False, remove_packages=True
+    )
+    assert narrow["sysctls"] == {"net.ipv4.ip_forward": "0"}  # namespaced ones only
+    assert narrow["modules"] == []
+    assert narrow["users"] == [] and narrow["groups"] == []  # after the packages
+    assert restore.restore_removals({}) == {
+        "interfaces": [],
+        "paths": [],
+        "sysctls": {},
+        "modules": [],
+        "users": [],
+        "groups": [],
+    }

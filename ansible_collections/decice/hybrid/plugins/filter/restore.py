@@ -1,4 +1,5 @@
-"""Filters for the restore role: what undoing a prepare record still has to do."""
+"""Filters for the restore role: what undoing a prepare record still has to do, and what of a
+cluster's leftovers one removal step takes."""
 
 from __future__ import annotations
 
@@ -42,8 +43,38 @@ def restore_undo(
     return {"paths": paths, "sysctls": sysctls, "modules": modules}
 
 
+def restore_removals(
+    leftovers: Mapping[str, Any],
+    kernel_wide: bool = True,
+    unload_modules: bool = True,
+    remove_packages: bool = False,
+) -> dict[str, Any]:
+    """From ``decice.hybrid.snapshot_leftovers``' result, the arguments of the
+    ``decice.hybrid.host_restore`` run that removes interfaces, paths, sysctls, modules,
+    users and groups (after the units, mounts and firewall):
+
+    - ``sysctls``: all of them with ``kernel_wide``, else only ``net.*`` (network namespaced);
+    - ``modules``: in reverse order (the last loaded first), none without ``unload_modules``;
+    - ``users``, ``groups``: none when ``remove_packages`` (they go after the packages, with
+      the system accounts those made).
+    """
+    sysctls = {
+        name: value
+        for name, value in (leftovers.get("sysctls") or {}).items()
+        if kernel_wide or str(name).startswith("net.")
+    }
+    return {
+        "interfaces": list(leftovers.get("interfaces") or []),
+        "paths": list(leftovers.get("paths") or []),
+        "sysctls": sysctls,
+        "modules": list(reversed(leftovers.get("modules") or [])) if unload_modules else [],
+        "users": [] if remove_packages else list(leftovers.get("users") or []),
+        "groups": [] if remove_packages else list(leftovers.get("groups") or []),
+    }
+
+
 class FilterModule:
     """decice.hybrid restore filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {"restore_undo": restore_undo}
+        return {"restore_undo": restore_undo, "restore_removals": restore_removals}
