@@ -32,7 +32,8 @@ options:
     elements: str
     default: []
   ignore_services:
-    description: Regular expressions (Python C(re.search)) of service names left out of the snapshot.
+    description:
+      - Regular expressions (Python C(re.search)) of service names left out of the snapshot.
     type: list
     elements: str
     default: []
@@ -53,6 +54,7 @@ ansible_facts:
   returned: always
   contains:
     baseline_host_snapshot:
-      description: C({section => [entries]}), each list sorted (see the filter C(decice.hybrid.host_snapshot)).
+      description:
+        - C({section => [entries]}), each list sorted (see the filter C(decice.hybrid.host_snapshot)).
       type: dict
 """
