@@ -55,6 +55,6 @@ ansible_facts:
   contains:
     baseline_host_snapshot:
       description:
-        - C({section => [entries]}), each list sorted (see the filter C(decice.hybrid.host_snapshot)).
+        - C({section => [entries]}), each list sorted (the filter C(decice.hybrid.host_snapshot)).
       type: dict
 """
