@@ -34,23 +34,22 @@ FILES = (
     "/etc/passwd",
     "/etc/group",
 )
+#: the options (documented in modules/host_snapshot.py)
+ARGUMENT_SPEC = {
+    name: {"type": "list", "elements": "str", "default": []}
+    for name in ("paths", "sysctls", "ignore_services")
+}
 
 
 class ActionModule(ActionBase):
     """Observe the host with decice.hybrid.host_observe, return the snapshot."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("paths", "sysctls", "ignore_services"))
+    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
-        args = self.validate_argument_spec(
-            argument_spec={
-                "paths": {"type": "list", "elements": "str", "default": []},
-                "sysctls": {"type": "list", "elements": "str", "default": []},
-                "ignore_services": {"type": "list", "elements": "str", "default": []},
-            }
-        )[1]
+        args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)[1]
         observed = self._execute_module(
             module_name="decice.hybrid.host_observe",
             module_args={
