@@ -1,7 +1,8 @@
 """Test support: prerequisite handling that fails loudly in CI and skips elsewhere, the
 one way tests wait for a condition, a fake clock, the decice CLI and ansible-playbook as
 subprocesses, process liveness, run records, a lab record, a filled scheduler cluster
-state, sim specs and pods, an interLink request, a directory served over HTTP."""
+state, sim specs and pods, an interLink request, a directory served over HTTP, an
+action plugin whose module runs a test answers."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -114,6 +115,30 @@ class FakeModule:
     def fail_json(self, **kwargs: Any) -> None:
         self.failed = kwargs
         raise SystemExit(1)
+
+
+def action_plugin(
+    module: ModuleType,
+    args: Mapping[str, Any],
+    results: Callable[[str, dict[str, Any]], dict[str, Any]],
+    name: str,
+) -> tuple[Any, list[tuple[str, dict[str, Any]]]]:
+    """A decice.hybrid action plugin (``module.ActionModule``) with ``args``, whose module runs
+    on the host are answered by ``results(module name, module args)`` and kept, in order,
+    in the list returned with it."""
+    task = SimpleNamespace(args=dict(args), async_val=0, check_mode=False, diff=False, action=name)
+    connection = SimpleNamespace(_shell=SimpleNamespace(tmpdir=None))
+    plugin = module.ActionModule(
+        task, connection, SimpleNamespace(check_mode=False), None, None, SimpleNamespace()
+    )
+    calls: list[tuple[str, dict[str, Any]]] = []
+
+    def execute_module(**kw: Any) -> dict[str, Any]:
+        calls.append((kw["module_name"], kw["module_args"]))
+        return results(kw["module_name"], kw["module_args"])
+
+    plugin._execute_module = execute_module
+    return plugin, calls
 
 
 class FakeClock:

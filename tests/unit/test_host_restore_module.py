@@ -2,7 +2,7 @@
 call per kind where one suffices, going on past a failure, what fails the module and what
 is only reported stuck, check mode. On real lab nodes (units, a tmpfs mount, a bridge,
 paths, a sysctl, a user and a group): tests/integration/test_cleanslate.py and
-test_host_roles.py, through roles/restore/tasks/leftovers.yml."""
+test_host_roles.py, through the decice.hybrid.restore_host action."""
 
 from __future__ import annotations
 

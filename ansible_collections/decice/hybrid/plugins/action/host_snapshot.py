@@ -11,7 +11,8 @@ template. Documentation: ``modules/host_snapshot.py``.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from ansible.plugins.action import ActionBase
 from ansible_collections.decice.hybrid.plugins.filter.snapshot import host_snapshot
@@ -41,40 +42,85 @@ ARGUMENT_SPEC = {
 }
 
 
-class ActionModule(ActionBase):
-    """Observe the host with decice.hybrid.host_observe, return the snapshot."""
+#: a module run's or an action's result
+Result = dict[str, Any]
+#: run a module on the host: (module name, its arguments) -> its result
+Execute = Callable[[str, dict[str, Any]], Result]
+
+
+def take_snapshot(
+    execute: Execute, paths: list[str], sysctls: list[str], ignore_services: list[str]
+) -> tuple[dict[str, list[str]] | None, dict[str, Any]]:
+    """One ``host_observe`` run turned into the snapshot; also used by the ``restore_host``
+    and ``verify_host`` actions. Returns ``(snapshot, {})``, or ``(None, the failed result)``."""
+    observed = execute(
+        "decice.hybrid.host_observe",
+        {
+            "packages": True,
+            "services": True,
+            "commands": [list(argv) for argv in COMMANDS],
+            "files": list(FILES),
+            "sysctls": sysctls,
+            "paths": paths,
+        },
+    )
+    if observed.get("failed"):
+        return None, observed
+    snapshot = host_snapshot(
+        {
+            "packages": observed.get("packages"),
+            "services": observed.get("services"),
+            "ignore_services": ignore_services,
+            "observed": observed,
+            "sysctl_keys": sysctls,
+            "paths": paths,
+        }
+    )
+    return snapshot, {}
+
+
+class HostAction(ActionBase):
+    """An action whose work is module runs on its host (this one, ``restore_host``,
+    ``verify_host``): the arguments checked against ``ARGUMENT_SPEC``, the modules run
+    through a plain function, the remote temporary directory removed at the end."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
+    ARGUMENT_SPEC: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._VALID_ARGS = frozenset(cls.ARGUMENT_SPEC)  # unknown options refused by name
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
-        args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)[1]
-        observed = self._execute_module(
-            module_name="decice.hybrid.host_observe",
-            module_args={
-                "packages": True,
-                "services": True,
-                "commands": [list(argv) for argv in COMMANDS],
-                "files": list(FILES),
-                "sysctls": args["sysctls"],
-                "paths": args["paths"],
-            },
-            task_vars=task_vars,
+        args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)[1]
+
+        def execute(module: str, module_args: dict[str, Any]) -> dict[str, Any]:
+            done: dict[str, Any] = self._execute_module(
+                module_name=module, module_args=module_args, task_vars=task_vars
+            )
+            return done
+
+        try:
+            return {**result, **self.act(args, task_vars or {}, execute)}
+        finally:
+            self._remove_tmp_path(self._connection._shell.tmpdir)
+
+    def act(self, args: dict[str, Any], task_vars: dict[str, Any], execute: Execute) -> Result:
+        """The action's work: what goes into the task's result."""
+        raise NotImplementedError
+
+
+class ActionModule(HostAction):
+    """Observe the host with decice.hybrid.host_observe, return the snapshot."""
+
+    ARGUMENT_SPEC = ARGUMENT_SPEC
+
+    def act(self, args: dict[str, Any], task_vars: dict[str, Any], execute: Execute) -> Result:
+        snapshot, failed = take_snapshot(
+            execute, args["paths"], args["sysctls"], args["ignore_services"]
         )
-        if observed.get("failed"):
-            result.update(observed)
-            return result
-        snapshot = host_snapshot(
-            {
-                "packages": observed.get("packages"),
-                "services": observed.get("services"),
-                "ignore_services": args["ignore_services"],
-                "observed": observed,
-                "sysctl_keys": args["sysctls"],
-                "paths": args["paths"],
-            }
-        )
+        if snapshot is None:
+            return failed
         # a host fact, as package_facts returns its packages: no set_fact task per host
-        result.update(changed=False, ansible_facts={"baseline_host_snapshot": snapshot})
-        return result
+        return {"changed": False, "ansible_facts": {"baseline_host_snapshot": snapshot}}

@@ -73,8 +73,71 @@ def restore_removals(
     }
 
 
+_KINDS = ("units", "mounts", "iptables", "ip6tables", "nftables", "interfaces", "paths",
+          "sysctls", "modules", "packages", "users", "groups")  # fmt: skip
+
+
+def restore_report(
+    restore: Mapping[str, Any], removed: Mapping[str, Any] | None = None
+) -> list[str]:
+    """The lines that say what the restore of one host did, from the ``decice_restore`` fact
+    the ``decice.hybrid.restore_host`` action sets; ``removed`` is the result of the removal
+    step when it ran after the firewall (in the role's tasks), else the action's own."""
+    host, settings = restore.get("host"), restore.get("settings") or {}
+    record = restore.get("record")
+    lines = []
+    if record is None:
+        lines.append(
+            f"restore: nothing to do for {host}: no prepare record at {restore.get('record_path')}"
+            " (prepare never ran for this host, or it was restored already)"
+        )
+    else:
+        undone = restore.get("undone") or {}
+        done = undone.get("removed") or {}
+        stuck = (undone.get("stuck") or {}).get("modules") or []
+        swaps = len(record.get("swap_active") or []) if settings.get("swap_on") else 0
+        packages = (
+            len(record.get("packages_installed") or []) if settings.get("remove_packages") else 0
+        )
+        lines.append(
+            f"restore: {host} undone from {restore.get('record_path')}:"
+            f" {len(done.get('sysctls') or {})} sysctl(s) set back to their previous values,"
+            f" {len(record.get('fstab_commented') or [])} fstab line(s) reinstated,"
+            f" {swaps} swap area(s) on again, {len(done.get('paths') or [])} file(s) removed,"
+            f" {len(record.get('files_replaced') or {})} file(s) put back,"
+            f" {len(done.get('modules') or [])} module(s) unloaded, {packages} package(s) removed;"
+            + (f" could not unload {', '.join(stuck)} (in use; they stay loaded until reboot);"
+               if stuck else "")
+            + (" record kept (restore_keep_record)" if settings.get("keep_record")
+               else " record removed")
+        )  # fmt: skip
+    if not restore.get("leftovers_known"):
+        if settings.get("cluster_leftovers"):
+            lines.append(
+                f"restore: no baseline for {host} at {restore.get('baseline_path')}: cannot tell"
+                " what a cluster left from what the host had; leftovers not removed"
+            )
+        return lines
+    leftovers = restore.get("leftovers") or {}
+    parts = [
+        f"{kind}: {', '.join(map(str, leftovers.get(kind) or [])) or 'none'}" for kind in _KINDS
+    ]
+    stuck_now = ((removed if removed is not None else restore.get("removed")) or {}).get(
+        "stuck"
+    ) or {}
+    cannot = ([f"delete interface(s): {' / '.join(stuck_now['interfaces'])}"]
+              if stuck_now.get("interfaces") else []) + (
+        [f"unload module(s) {', '.join(stuck_now['modules'])} (in use or built in)"]
+        if stuck_now.get("modules") else [])  # fmt: skip
+    lines.append(
+        f"restore: {host}: leftovers of a cluster removed - {'; '.join(parts)}"
+        + (f". Could not {'; '.join(cannot)}; verify will name them" if cannot else "")
+    )
+    return lines
+
+
 class FilterModule:
     """decice.hybrid restore filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {"restore_undo": restore_undo, "restore_removals": restore_removals}
+        return {f.__name__: f for f in (restore_undo, restore_removals, restore_report)}

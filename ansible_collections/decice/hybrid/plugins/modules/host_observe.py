@@ -15,7 +15,7 @@ description:
   - Read-only. Gathers in one module run what M(decice.hybrid.host_snapshot) turns into a
     clean-slate snapshot (with the code of the filter C(decice.hybrid.host_snapshot)), so that a
     snapshot costs one round trip per host instead of one per file, command and path;
-    C(roles/restore/tasks/undo.yml) reads what it is to undo with it too.
+    the C(decice.hybrid.restore_host) action reads what it is to undo with it too.
   - A file that cannot be read is returned as null; a command that is missing or fails is
     returned with its rc (127 when the program does not exist) and no error.
   - Always returns C(changed=false); supports check mode.

@@ -12,10 +12,10 @@ version_added: 0.1.0
 author:
   - decice maintainers (!UNKNOWN)
 description:
-  - Removes the leftovers C(roles/restore/tasks/leftovers.yml) worked out (filter
+  - Removes the leftovers the C(decice.hybrid.restore_host) action worked out (filter
     C(decice.hybrid.snapshot_leftovers)) in one module run per step, instead of one run per
-    unit, mount, sysctl, module, user and group; C(roles/restore/tasks/undo.yml) removes
-    what prepare created, sets its sysctls back and unloads its modules with it (filter
+    unit, mount, sysctl, module, user and group; the same action removes what prepare
+    created, sets its sysctls back and unloads its modules with it (filter
     C(decice.hybrid.restore_undo)).
   - Works in this order - units, mounts, interfaces, paths, sysctls, modules, users, groups
     - and goes on past an item that fails, so one stuck item does not keep the others.
