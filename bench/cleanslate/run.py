@@ -12,7 +12,9 @@ baseline,prepare` (not timed; lab nodes share this machine's kernel, so prepare 
 can have without extra packages (directories and files, a running unit and unit files, a
 bridge interface, a tmpfs mount under /var/lib/kubelet, a net.* sysctl, the kube user and
 kube-cert group; the nodes have no iptables/nft, so no chains), then `decice reset --yes`
-and `decice verify`, each timed. Both must exit 0 (clean slate).
+and `decice verify`, each timed. Both must exit 0 (clean slate). Before the reset the ssh
+masters of the up are ended (an experiment between up and reset outlasts them); verify
+runs right after the reset, as it does after `decice reset`.
 Besides the wall clock, the CPU each side spent: the controller (decice, ansible-playbook and
 its workers, ssh clients: this process's children) and the nodes (the containers' cgroups:
 sshd, the modules, what they run). The nodes share this machine's cores, so on 2 cores their
@@ -36,7 +38,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from decice import lab
+from decice import lab, runner
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from labcpu import timed_decice
@@ -66,6 +68,22 @@ def _decice(
     return spent, proc.returncode, proc.stderr[-2000:]
 
 
+def close_masters() -> None:
+    """End every ssh master decice's runs left (``decice.runner.control_path_dir``), so the
+    timed reset opens its connections as it would after an experiment longer than their
+    60 s; verify, right after it, reuses reset's as it would."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    roots = [runner.SSH_CONTROL_BASE] + ([Path(runtime)] if runtime.startswith("/") else [])
+    for root in roots:
+        for socket in root.glob(f"decice-ssh-{os.getuid()}/*/*"):
+            if socket.is_socket():
+                subprocess.run(
+                    ["ssh", "-O", "exit", "-o", f"ControlPath={socket}", "unused"],
+                    capture_output=True,
+                    check=False,
+                )
+
+
 def _ssh(info: lab.LabInfo, node: str, script: str) -> None:
     subprocess.run(
         ["ssh", "-F", info.ssh_config, node, "bash -s"], input=script, text=True, check=True
@@ -82,6 +100,7 @@ def cycle(work: Path, nodes: int, checkout: Path | None) -> dict[str, object]:
     with ThreadPoolExecutor(min(nodes, 10)) as pool:
         list(pool.map(lambda n: _ssh(info, n.name, PLANT), info.nodes))
     containers = [n.container for n in info.nodes]
+    close_masters()
     load_before = os.getloadavg()[0]
     reset, rc, err = _decice(work, containers, "reset", "--yes", env=env)
     assert rc == 0, err

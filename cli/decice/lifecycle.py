@@ -55,7 +55,7 @@ __all__ = ["PhaseContext", "RunOptions", "execute", "play_vars", "prepare"]
 
 SAVE_EVERY_S = 2.0
 # commands whose phases are independent checks: every selected phase runs and reports,
-# even after one found a difference
+# even after one found a difference (:func:`unreached`)
 CHECKS_EVERY_PHASE = frozenset({"verify"})
 # the parts of the spec the collection's plays read (see its README): nothing else
 # of the spec (host vars, allocation) reaches them as extra variables
@@ -97,12 +97,17 @@ def play_vars(loaded: LoadedSpec, target: Target) -> dict[str, Any]:
     }
 
 
-def _groups(command: str, selected: list[str], in_python: Mapping[str, Any]) -> list[list[str]]:
-    """How the phases run: a check runs each phase alone (a failed play would end the
-    playbook before the next phase's play), everything else in :func:`segments`."""
-    if command in CHECKS_EVERY_PHASE:
-        return [[name] for name in selected]
-    return segments(selected, in_python)
+def unreached(record: RunRecord, names: list[str]) -> list[str]:
+    """After a failed playbook run of the phases ``names``: those it never reached (a play
+    that fails on all its hosts ends the playbook), set back to pending to run on their own -
+    none when it reached none of them (running them again would fail the same way)."""
+    rest = [name for name in names if record.phase(name).status == "not run"]
+    if len(rest) == len(names):
+        return []
+    for name in rest:
+        phase = record.phase(name)
+        phase.status, phase.note = "pending", ""
+    return rest
 
 
 def segments(selected: list[str], in_python: Mapping[str, Any]) -> list[list[str]]:
@@ -272,7 +277,9 @@ def execute(
             record.inventory_sha256 = inventory.write(inv, inv_path)
             run = _Run(command, loaded, options, view, store, record, inv_path, inv, target)
             with recovery.tagged(record.process_tag):
-                for names in _groups(command, selected, in_python):
+                groups = segments(selected, in_python)
+                while groups:
+                    names = groups.pop(0)
                     _stop_if_interrupted()
                     segment = names
                     ok = (
@@ -283,6 +290,8 @@ def execute(
                     _stop_if_interrupted()
                     if not ok and command not in CHECKS_EVERY_PHASE:
                         break
+                    if not ok and names[0] not in in_python:
+                        groups[:0] = [rest] if (rest := unreached(record, names)) else []
         except DeciceError as exc:
             record.failures.append(
                 {"phase": "-", "host": "-", "task": "-", "status": "failed", "message": str(exc)}

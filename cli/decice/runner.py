@@ -7,8 +7,9 @@ What a run puts where (nothing secret on a command line or in an artifact):
   gets ``-e @<that file>``, never the values; the file is removed when the run ends;
 - ``artifacts/<ident>/command`` keeps the command line, the working directory and
   only the environment decice and ansible-runner set, not the one decice inherited;
-- ssh masters (ControlMaster) live in a directory per inventory
-  (:func:`control_path_dir`), so runs on different inventories never share one;
+- ssh masters (ControlMaster) live in a directory per inventory content
+  (:func:`control_path_dir`), so runs on different inventories never share one and a
+  command right after another on the same hosts reuses its connections;
 - facts are cached in memory, not in the artifacts, and the stored events
   (``job_events/``) carry no ``ansible_facts`` (they include the environment);
 - the cancel callback is always decice's (:mod:`decice.interrupt`): ansible-runner
@@ -126,13 +127,17 @@ CONTROL_PATH_ENV = "ANSIBLE_SSH_CONTROL_PATH_DIR"
 
 def control_path_dir(inventory: Path, base: Path | None = None) -> Path:
     """The directory of the ssh masters of runs on ``inventory``:
-    ``<runtime dir>/decice-ssh-<uid>/<8 hex digits of the inventory's path>``, the runtime
-    dir being ``$XDG_RUNTIME_DIR`` (the user's own) when it is set, else ``base``.
+    ``<runtime dir>/decice-ssh-<uid>/<8 hex digits of the inventory's content>`` (of its
+    path when it does not exist), the runtime dir being ``$XDG_RUNTIME_DIR`` (the user's own)
+    when it is set, else ``base``.
 
     Ansible names a master after address, port and user only, so runs on two inventories
     (two labs' known_hosts; two ssh configs that both call a host ``node1``) could carry
     their commands over a master the other opened; runs on different inventories never
-    share one this way. The path stays short whatever HOME is (a socket path has at most
+    share one this way. Each command writes its inventory anew (in its run's directory):
+    keyed by the content, the commands of one experiment - `reset`, then `verify` - share
+    their masters while they persist (60 s), and a host costs one ssh handshake, not one
+    per command. The path stays short whatever HOME is (a socket path has at most
     107 bytes and ssh adds 17 while it creates one). The per-user directory is made 0700
     and refused when it is a symlink, not ours, or open to others; other inventories'
     directories that have been empty for SSH_CONTROL_STALE_S are removed.
@@ -141,7 +146,11 @@ def control_path_dir(inventory: Path, base: Path | None = None) -> Path:
     fallback = SSH_CONTROL_BASE if base is None else base
     root = Path(runtime) if runtime.startswith("/") and Path(runtime).is_dir() else fallback
     user_dir = root / f"decice-ssh-{os.getuid()}"
-    key = hashlib.sha256(str(inventory.resolve()).encode()).hexdigest()[:8]
+    try:
+        identity = inventory.read_bytes()
+    except OSError:
+        identity = str(inventory.resolve()).encode()
+    key = hashlib.sha256(identity).hexdigest()[:8]
     try:
         with contextlib.suppress(FileExistsError):
             user_dir.mkdir(mode=0o700)

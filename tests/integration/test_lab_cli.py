@@ -43,6 +43,9 @@ def test_up_creates_lab_then_verify_and_destroy(tmp_path: Path) -> None:
         verify = run_decice(tmp_path, "verify", "--json", timeout=900)
         assert verify.returncode == 0, verify.stderr
         assert json.loads(verify.stdout)["status"] == "ok"
+        # the next command on the same inventory reuses those masters (its own run directory)
+        again = next(Path(json.loads(verify.stdout)["artifacts"]).rglob("command"))
+        assert json.loads(again.read_text())["env"]["ANSIBLE_SSH_CONTROL_PATH_DIR"] == str(cpdir)
     finally:
         destroy = run_decice(tmp_path, "lab", "destroy", timeout=900)
     assert destroy.returncode == 0, destroy.stderr

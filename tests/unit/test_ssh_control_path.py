@@ -1,4 +1,5 @@
-"""ssh masters: one directory per inventory, short whatever HOME is, private to the user."""
+"""ssh masters: one directory per inventory content, short whatever HOME is, private to the
+user."""
 
 from __future__ import annotations
 
@@ -33,6 +34,19 @@ def test_one_directory_per_inventory_short_and_private(tmp_path: Path) -> None:
     # the default base: short enough for any inventory, whatever HOME is
     worst = Path(str(runner.SSH_CONTROL_BASE)) / "decice-ssh-4294967294" / ("0" * 8)
     assert len(str(worst)) <= SOCKET_ROOM, worst
+
+
+def test_inventories_of_the_same_content_share_their_masters(tmp_path: Path) -> None:
+    """Each command writes its inventory into its own run directory: the same hosts with the
+    same settings share masters (reset, then verify), any other content does not."""
+    inventories = [tmp_path / run / "inventory.yml" for run in ("run-1", "run-2", "run-3")]
+    for inventory, text in zip(
+        inventories, ["hosts: {a: 1}\n", "hosts: {a: 1}\n", "hosts: {a: 2}\n"], strict=True
+    ):
+        inventory.parent.mkdir()
+        inventory.write_text(text)
+    dirs = [runner.control_path_dir(inventory, base=tmp_path) for inventory in inventories]
+    assert dirs[0] == dirs[1] != dirs[2]
 
 
 def test_the_runtime_dir_is_preferred(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
