@@ -46,6 +46,23 @@ def test_up_creates_lab_then_verify_and_destroy(tmp_path: Path) -> None:
         # the next command on the same inventory reuses those masters (its own run directory)
         again = next(Path(json.loads(verify.stdout)["artifacts"]).rglob("command"))
         assert json.loads(again.read_text())["env"]["ANSIBLE_SSH_CONTROL_PATH_DIR"] == str(cpdir)
+        # verify's two phases are one playbook run; a cluster phase that fails (an API
+        # baseline it cannot read) ends that run, and the hosts are still compared
+        state = tmp_path / ".decice"
+        (state / "addons").mkdir(exist_ok=True)
+        planted = [state / "addons" / "api-baseline.json", state / "kubeconfig"]
+        for path in planted:
+            path.write_text("{not json\n")
+        broken = run_decice(tmp_path, "verify", "--json", timeout=900)
+        for path in planted:
+            path.unlink()
+        assert broken.returncode == 1, broken.stderr[-3000:]
+        result = json.loads(broken.stdout)
+        assert {p["name"]: p["status"] for p in result["phases"]} == {
+            "cluster": "failed",
+            "verify": "ok",
+        }, result["phases"]
+        assert set(result["verified"]) == {"host:node1", "host:node2"}
     finally:
         destroy = run_decice(tmp_path, "lab", "destroy", timeout=900)
     assert destroy.returncode == 0, destroy.stderr
