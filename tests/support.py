@@ -122,19 +122,25 @@ def action_plugin(
     args: Mapping[str, Any],
     results: Callable[[str, dict[str, Any]], dict[str, Any]],
     name: str,
-) -> tuple[Any, list[tuple[str, dict[str, Any]]]]:
-    """A decice.hybrid action plugin (``module.ActionModule``) with ``args``, whose module runs
-    on the host are answered by ``results(module name, module args)`` and kept, in order,
-    in the list returned with it."""
+    *,
+    become: bool = False,
+) -> tuple[Any, list[tuple[str, dict[str, Any], bool]]]:
+    """A decice.hybrid action plugin (``module.ActionModule``) with ``args`` (a task with
+    ``become`` or without), whose module runs on the host are answered by
+    ``results(module name, module args)`` and kept, in order, with whether each ran with
+    become, in the list returned with it."""
     task = SimpleNamespace(args=dict(args), async_val=0, check_mode=False, diff=False, action=name)
-    connection = SimpleNamespace(_shell=SimpleNamespace(tmpdir=None))
+    connection = SimpleNamespace(
+        _shell=SimpleNamespace(tmpdir=None), become="sudo" if become else None
+    )
+    connection.set_become_plugin = lambda plugin: setattr(connection, "become", plugin)
     plugin = module.ActionModule(
         task, connection, SimpleNamespace(check_mode=False), None, None, SimpleNamespace()
     )
-    calls: list[tuple[str, dict[str, Any]]] = []
+    calls: list[tuple[str, dict[str, Any], bool]] = []
 
     def execute_module(**kw: Any) -> dict[str, Any]:
-        calls.append((kw["module_name"], kw["module_args"]))
+        calls.append((kw["module_name"], kw["module_args"], connection.become is not None))
         return results(kw["module_name"], kw["module_args"])
 
     plugin._execute_module = execute_module

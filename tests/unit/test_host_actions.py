@@ -85,7 +85,7 @@ def test_host_snapshot_is_one_observation_and_the_filters_snapshot() -> None:
         snapshot_action, args, lambda *_: observed, "decice.hybrid.host_snapshot"
     )
     result = plugin.run(task_vars={})
-    assert [name for name, _ in calls] == [OBSERVE]
+    assert [name for name, *_ in calls] == [OBSERVE]
     sent = calls[0][1]
     assert sent["packages"] is True and sent["services"] is True
     assert sent["sysctls"] == CONFIG["sysctls"] and sent["paths"] == CONFIG["paths"]
@@ -160,6 +160,7 @@ RULES = {
 
 
 def _state(tmp_path: Path, record: Any = None, baseline: Any = None) -> Path:
+    tmp_path.mkdir(exist_ok=True)
     for kind, document in (("prepare", record), ("baseline", baseline)):
         (tmp_path / kind).mkdir()
         if document is not None:
@@ -198,7 +199,7 @@ UNDO_NOW = {
 def _restore(state: Path, answers: Any, **args: Any) -> tuple[dict[str, Any], list[Any]]:
     plugin, calls = action_plugin(
         restore_host, {"state_dir": str(state), "rules": RULES, **args}, answers,
-        "decice.hybrid.restore_host",
+        "decice.hybrid.restore_host", become=True,
     )  # fmt: skip
     return plugin.run(task_vars={"inventory_hostname": "node1"}), calls
 
@@ -207,7 +208,9 @@ def test_restore_undoes_the_record_and_removes_the_leftovers_in_order(tmp_path: 
     state = _state(tmp_path, RECORD, BASELINE)
     result, calls = _restore(state, _host(UNDO_NOW, _observation(cluster=True)))
     assert not result.get("failed"), result
-    assert [name for name, _ in calls] == [OBSERVE, RESTORE, OBSERVE, RESTORE, RESTORE]
+    assert [name for name, *_ in calls] == [OBSERVE, RESTORE, OBSERVE, RESTORE, RESTORE]
+    # the task's become for all but the snapshot, taken as the login user like the baseline
+    assert [become for *_, become in calls] == [True, True, False, True, True]
     undo = calls[1][1]
     assert undo == {
         "paths": ["/etc/sysctl.d/90-decice.conf"],
@@ -236,7 +239,7 @@ def test_a_rerun_after_the_work_is_done_changes_nothing(tmp_path: Path) -> None:
     result, calls = _restore(
         _state(tmp_path, RECORD, BASELINE), _host(done, _observation(cluster=False))
     )
-    assert [name for name, _ in calls] == [OBSERVE, OBSERVE]  # reads only
+    assert [name for name, *_ in calls] == [OBSERVE, OBSERVE]  # reads only
     assert result["changed"] is False
     assert "0 sysctl(s)" in restore_report(result["ansible_facts"]["decice_restore"])[0]
 
@@ -264,7 +267,7 @@ def test_firewall_work_leaves_the_removals_to_the_role(tmp_path: Path) -> None:
     }
     baseline = {**BASELINE, "sections": {**BASELINE["sections"], "iptables": []}}
     result, calls = _restore(_state(tmp_path, None, baseline), _host(UNDO_NOW, observed))
-    assert [name for name, _ in calls] == [OBSERVE, RESTORE]  # snapshot, units and mounts
+    assert [name for name, *_ in calls] == [OBSERVE, RESTORE]  # snapshot, units and mounts
     fact = result["ansible_facts"]["decice_restore"]
     assert fact["firewall"] is True and fact["rare"] is True and fact["removed"] == {}
     assert fact["leftovers"]["iptables"] == ["nat KUBE-SERVICES"]
@@ -283,6 +286,35 @@ def test_system_undo_is_left_to_the_role_when_the_record_has_some(tmp_path: Path
     assert fact["system"] is True and fact["rare"] is True
     assert fact["now"]["swap_target"] == "enabled" and fact["now"]["hostname"]["etc"] == "node1"
     assert len(restore_report(fact)) == 1  # leftovers not asked for: no line about them
+
+
+def test_packages_prepare_installed_are_left_to_the_system_undo(tmp_path: Path) -> None:
+    """The system undo runs after the action: with remove_packages, the packages prepare
+    installed are its (removed, not purged), not a cluster's leftovers."""
+    observed = _observation(cluster=False)
+    observed["packages"] |= {
+        name: [{"name": name, "version": "1", "arch": "amd64"}] for name in ("jq", "libonig5")
+    }
+    record = {**RECORD, "packages_installed": ["jq"]}
+    result, _ = _restore(_state(tmp_path, record, BASELINE), _host(UNDO_NOW, observed))
+    fact = result["ansible_facts"]["decice_restore"]
+    assert fact["system"] is True and fact["leftovers"]["packages"] == ["libonig5"]
+    assert fact["packages"] is True and fact["rare"] is True
+    kept, _ = _restore(
+        _state(tmp_path / "kept", record, BASELINE), _host(UNDO_NOW, observed),
+        remove_packages=False,
+    )  # fmt: skip
+    assert kept["ansible_facts"]["decice_restore"]["leftovers"]["packages"] == ["jq", "libonig5"]
+
+
+def test_the_report_takes_a_late_removal_only_when_it_ran(tmp_path: Path) -> None:
+    fact = {"host": "node1", "record": None, "leftovers_known": True, "leftovers": {},
+            "removed": {"stuck": {"interfaces": ["cni0: busy"], "modules": []}}}  # fmt: skip
+    skipped = {"changed": False, "skipped": True, "skip_reason": "Conditional result was False"}
+    assert "Could not delete interface(s): cni0: busy" in restore_report(fact, skipped)[-1]
+    ran = {"stuck": {"interfaces": [], "modules": ["ip_vs"]}}
+    line = restore_report(fact, ran)[-1]
+    assert "unload module(s) ip_vs (in use or built in)" in line and "cni0" not in line
 
 
 @pytest.mark.parametrize(
@@ -309,7 +341,7 @@ def test_a_failed_module_run_fails_the_task_naming_the_step(tmp_path: Path) -> N
         return UNDO_NOW
 
     result, calls = _restore(_state(tmp_path, RECORD, BASELINE), answers)
-    assert [name for name, _ in calls] == [OBSERVE, RESTORE]  # stops at the failure
+    assert [name for name, *_ in calls] == [OBSERVE, RESTORE]  # stops at the failure
     assert result["failed"] is True and result["msg"] == "restore (undo): could not remove"
     assert result["errors"] == ["rm: busy"] and "ansible_facts" not in result
 
@@ -325,7 +357,7 @@ def _verify(state: Path, observed: dict[str, Any], **args: Any) -> tuple[dict[st
 def test_verify_compares_a_fresh_snapshot_with_the_baselines_own_settings(tmp_path: Path) -> None:
     state = _state(tmp_path, None, BASELINE)
     clean, calls = _verify(state, _observation(cluster=False), snapshot={"paths": ["/other"]})
-    assert [name for name, _ in calls] == [OBSERVE] and calls[0][1]["paths"] == CONFIG["paths"]
+    assert [name for name, *_ in calls] == [OBSERVE] and calls[0][1]["paths"] == CONFIG["paths"]
     fact = clean["ansible_facts"]["decice_verify"]
     assert fact["differences"] == [] and fact["difference"] == {}
     assert fact["taken_at"] == "2026-12-01T00:00:00Z" and "packages" in fact["compared"]

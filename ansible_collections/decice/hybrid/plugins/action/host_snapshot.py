@@ -11,8 +11,7 @@ template. Documentation: ``modules/host_snapshot.py``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from ansible.plugins.action import ActionBase
 from ansible_collections.decice.hybrid.plugins.filter.snapshot import host_snapshot
@@ -44,15 +43,23 @@ ARGUMENT_SPEC = {
 
 #: a module run's or an action's result
 Result = dict[str, Any]
-#: run a module on the host: (module name, its arguments) -> its result
-Execute = Callable[[str, dict[str, Any]], Result]
+
+
+class Execute(Protocol):
+    """Run a module on the host and return its result; ``become=False`` runs it as the login
+    user whatever the task's become."""
+
+    def __call__(self, module: str, args: dict[str, Any], become: bool = True) -> Result: ...
 
 
 def take_snapshot(
     execute: Execute, paths: list[str], sysctls: list[str], ignore_services: list[str]
 ) -> tuple[dict[str, list[str]] | None, dict[str, Any]]:
     """One ``host_observe`` run turned into the snapshot; also used by the ``restore_host``
-    and ``verify_host`` actions. Returns ``(snapshot, {})``, or ``(None, the failed result)``."""
+    and ``verify_host`` actions. Returns ``(snapshot, {})``, or ``(None, the failed result)``.
+
+    Always as the login user (without become), as the baseline is taken: a snapshot taken
+    as root would see what the user cannot (firewall rules) as new since the baseline."""
     observed = execute(
         "decice.hybrid.host_observe",
         {
@@ -63,6 +70,7 @@ def take_snapshot(
             "sysctls": sysctls,
             "paths": paths,
         },
+        become=False,
     )
     if observed.get("failed"):
         return None, observed
@@ -82,7 +90,8 @@ def take_snapshot(
 class HostAction(ActionBase):
     """An action whose work is module runs on its host (this one, ``restore_host``,
     ``verify_host``): the arguments checked against ``ARGUMENT_SPEC``, the modules run
-    through a plain function, the remote temporary directory removed at the end."""
+    through a plain function (with the task's become, or without it), the remote temporary
+    directory removed at the end."""
 
     TRANSFERS_FILES = False
     ARGUMENT_SPEC: ClassVar[dict[str, dict[str, Any]]] = {}
@@ -93,16 +102,23 @@ class HostAction(ActionBase):
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
-        args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)[1]
+        options = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)[1]
 
-        def execute(module: str, module_args: dict[str, Any]) -> dict[str, Any]:
-            done: dict[str, Any] = self._execute_module(
-                module_name=module, module_args=module_args, task_vars=task_vars
-            )
+        def execute(module: str, args: dict[str, Any], become: bool = True) -> Result:
+            escalation = self._connection.become
+            if not become:  # Ansible adds become per command when the connection has it
+                self._connection.set_become_plugin(None)
+            try:
+                done: Result = self._execute_module(
+                    module_name=module, module_args=args, task_vars=task_vars
+                )
+            finally:
+                if not become:
+                    self._connection.set_become_plugin(escalation)
             return done
 
         try:
-            return {**result, **self.act(args, task_vars or {}, execute)}
+            return {**result, **self.act(options, task_vars or {}, execute)}
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
 

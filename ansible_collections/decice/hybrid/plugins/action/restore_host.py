@@ -144,9 +144,12 @@ def _undo(execute: Execute, record: dict[str, Any], args: dict[str, Any]) -> dic
     return {"now": now, "undone": undone, "system": needs_system_undo(record, now, args)}
 
 
-def _leftovers(execute: Execute, baseline: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+def _leftovers(
+    execute: Execute, baseline: dict[str, Any], record: dict[str, Any] | None, args: dict[str, Any]
+) -> dict[str, Any]:
     """Step 2: snapshot, work out the leftovers, remove units and mounts, then the rest
-    unless the firewall goes first."""
+    unless the firewall goes first. The packages prepare installed are not a cluster's: with
+    ``remove_packages`` the system undo (after this action) removes them."""
     config = baseline.get("config") or {}
     fallback = args["snapshot"]
     settings = {
@@ -160,6 +163,9 @@ def _leftovers(execute: Execute, baseline: dict[str, Any], args: dict[str, Any])
         return {"failed": failed}
     sections = baseline.get("sections") or {}
     leftovers = snapshot_leftovers(sections, snapshot, args["rules"])
+    if record is not None and args["remove_packages"]:
+        prepared = set(record.get("packages_installed") or [])
+        leftovers["packages"] = [p for p in leftovers["packages"] if p not in prepared]
     out: dict[str, Any] = {"leftovers": leftovers}
     if leftovers["units"] or leftovers["mounts"]:
         stopped = execute(
@@ -235,7 +241,7 @@ class ActionModule(HostAction):
             done = (
                 _undo(execute, record, args)
                 if step == "undo"
-                else _leftovers(execute, baseline or {}, args)
+                else _leftovers(execute, baseline or {}, record, args)
             )
             if "failed" in done:
                 failed = done["failed"]

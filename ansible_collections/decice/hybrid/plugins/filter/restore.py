@@ -81,8 +81,8 @@ def restore_report(
     restore: Mapping[str, Any], removed: Mapping[str, Any] | None = None
 ) -> list[str]:
     """The lines that say what the restore of one host did, from the ``decice_restore`` fact
-    the ``decice.hybrid.restore_host`` action sets; ``removed`` is the result of the removal
-    step when it ran after the firewall (in the role's tasks), else the action's own."""
+    the ``decice.hybrid.restore_host`` action sets; ``removed`` is the result of the role's
+    removal step after the firewall - when it ran (not skipped), it stands for the action's."""
     host, settings = restore.get("host"), restore.get("settings") or {}
     record = restore.get("record")
     lines = []
@@ -122,9 +122,8 @@ def restore_report(
     parts = [
         f"{kind}: {', '.join(map(str, leftovers.get(kind) or [])) or 'none'}" for kind in _KINDS
     ]
-    stuck_now = ((removed if removed is not None else restore.get("removed")) or {}).get(
-        "stuck"
-    ) or {}
+    late = removed is not None and not removed.get("skipped")  # the role's step ran
+    stuck_now = ((removed if late else restore.get("removed")) or {}).get("stuck") or {}
     cannot = ([f"delete interface(s): {' / '.join(stuck_now['interfaces'])}"]
               if stuck_now.get("interfaces") else []) + (
         [f"unload module(s) {', '.join(stuck_now['modules'])} (in use or built in)"]

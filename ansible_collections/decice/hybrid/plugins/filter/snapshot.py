@@ -221,7 +221,7 @@ def _file(files: Mapping[str, str], path: str) -> str | None:
 
 
 def host_snapshot(raw: Mapping[str, Any]) -> dict[str, list[str]]:
-    """Normalise what ``tasks/snapshot.yml`` collected into ``{section: [entries]}``.
+    """Normalise what a snapshot's ``host_observe`` run collected into ``{section: [entries]}``.
 
     ``raw`` keys: packages, services, ignore_services, ss_lines, slurped (results of a
     looped ``slurp``), sysctl_keys, sysctl_lines, paths, stat_lines, commands (results of

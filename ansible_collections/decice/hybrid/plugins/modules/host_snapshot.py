@@ -16,9 +16,9 @@ description:
     the snapshot on the controller with the code of the filter C(decice.hybrid.host_snapshot).
   - Sets the host fact C(baseline_host_snapshot) (as M(ansible.builtin.package_facts) sets
     C(packages)), so a snapshot is one task per host.
-  - The one snapshot implementation, C(roles/baseline/tasks/snapshot.yml), runs it; the
-    C(baseline) role stores the result, C(verify) compares it with the baseline and C(restore)
-    finds what a cluster left with it.
+  - C(roles/baseline/tasks/snapshot.yml) runs it and the C(baseline) role stores the result;
+    the C(verify) and C(restore) roles' actions (M(decice.hybrid.verify_host),
+    M(decice.hybrid.restore_host)) take their snapshots with the same code.
   - Always returns C(changed=false); supports check mode.
 options:
   paths:
