@@ -288,10 +288,12 @@ def execute(
                         else run.ansible(names)
                     )
                     _stop_if_interrupted()
-                    if not ok and command not in CHECKS_EVERY_PHASE:
+                    if ok:
+                        continue
+                    if command not in CHECKS_EVERY_PHASE:
                         break
-                    if not ok and names[0] not in in_python:
-                        groups[:0] = [rest] if (rest := unreached(record, names)) else []
+                    if names[0] not in in_python and (rest := unreached(record, names)):
+                        groups.insert(0, rest)
         except DeciceError as exc:
             record.failures.append(
                 {"phase": "-", "host": "-", "task": "-", "status": "failed", "message": str(exc)}

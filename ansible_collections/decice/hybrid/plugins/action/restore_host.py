@@ -234,15 +234,12 @@ class ActionModule(HostAction):
             "firewall": False,
             "packages": False,
         }
-        changed = False
-        for step, ready in (("undo", record is not None), ("leftovers", baseline is not None)):
-            if not ready:
-                continue
-            done = (
-                _undo(execute, record, args)
-                if step == "undo"
-                else _leftovers(execute, baseline or {}, record, args)
-            )
+        steps = [("undo", lambda: _undo(execute, record, args))] if record is not None else []
+        if baseline is not None:
+            steps.append(("leftovers", lambda: _leftovers(execute, baseline, record, args)))
+            fact["baseline_sections"] = baseline.get("sections") or {}
+        for step, work in steps:
+            done = work()
             if "failed" in done:
                 failed = done["failed"]
                 return {
@@ -250,11 +247,9 @@ class ActionModule(HostAction):
                     "failed": True,
                     "msg": f"restore ({step}): " + str(failed.get("msg") or "a module run failed"),
                 }
-            changed = changed or any(
-                (done.get(key) or {}).get("changed") for key in ("undone", "stopped", "removed")
-            )
             fact.update(done)
-        if baseline is not None:
-            fact["baseline_sections"] = baseline.get("sections") or {}
         fact["rare"] = fact["system"] or fact["firewall"] or fact["packages"]
+        changed = any(
+            (fact.get(key) or {}).get("changed") for key in ("undone", "stopped", "removed")
+        )
         return {"changed": changed, "ansible_facts": {"decice_restore": fact}}
