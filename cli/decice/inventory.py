@@ -405,3 +405,46 @@ def host_roles(inventory: dict[str, Any]) -> dict[str, list[str]]:
         for host in body.get("hosts") or {}:
             out.setdefault(host, []).append(group)
     return out
+
+
+# characters of Ansible's host patterns beyond a plain union of names (wildcards, regexes,
+# negation, intersection, slices): a pattern with one is not resolved here
+_PATTERN_SPECIAL = frozenset("*?!&[]~")
+
+
+def pattern_hosts(inventory: dict[str, Any], pattern: str) -> set[str] | None:
+    """The hosts of ``inventory`` that a play's ``hosts: pattern`` matches, for a plain
+    union of group and host names (``k8s_cluster:decice_edge``, ``localhost``); None for
+    any other pattern, which only Ansible can resolve. A group is every definition of that
+    name in the tree (a child listed as ``{}`` names a group defined elsewhere) with its
+    children's hosts; ``localhost`` always matches (Ansible's implicit localhost)."""
+    names = [part.strip() for part in pattern.replace(",", ":").split(":")]
+    if not all(names) or any(ch in _PATTERN_SPECIAL for name in names for ch in name):
+        return None
+    groups: dict[str, tuple[set[str], set[str]]] = {}
+
+    def walk(name: str, body: Any) -> None:
+        hosts, children = groups.setdefault(name, (set(), set()))
+        body = body if isinstance(body, dict) else {}
+        hosts.update(body.get("hosts") or {})
+        for child, child_body in (body.get("children") or {}).items():
+            children.add(child)
+            walk(child, child_body)
+
+    walk("all", inventory.get("all"))
+
+    def members(name: str, seen: frozenset[str]) -> set[str]:
+        hosts, children = groups[name]
+        out = set(hosts)
+        for child in children - seen:
+            out |= members(child, seen | {child})
+        return out
+
+    every = members("all", frozenset({"all"}))
+    matched: set[str] = set()
+    for name in names:
+        if name in groups:
+            matched |= members(name, frozenset({name}))
+        elif name in every or name in {"localhost", "127.0.0.1"}:
+            matched.add(name)
+    return matched

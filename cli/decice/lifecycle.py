@@ -21,6 +21,7 @@ run's record names the phase it was in.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 import sys
@@ -29,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from decice import (
     interrupt,
@@ -49,7 +52,7 @@ from decice.runner import PlaybookRun, run_playbook
 from decice.spec import LoadedSpec
 from decice.targets import registry
 from decice.targets.base import Target
-from decice.tracking import PhaseTracker, conclude
+from decice.tracking import NO_HOSTS, PhaseTracker, conclude
 
 __all__ = ["PhaseContext", "RunOptions", "execute", "play_vars", "prepare"]
 
@@ -64,6 +67,32 @@ PLAY_SPEC_FIELDS = frozenset({"target", "addons", "scheduler"})
 
 def playbook_for(command: str) -> Path:
     return paths.collection_dir() / "playbooks" / f"{command}.yml"
+
+
+@functools.cache
+def play_patterns(playbook: Path) -> dict[str, str]:
+    """Phase -> the ``hosts:`` pattern of its play in ``playbook`` (plays are named
+    "<phase>: <description>", the collection's contract with the CLI)."""
+    plays = yaml.safe_load(playbook.read_text(encoding="utf-8")) or []
+    return {
+        str(play["name"]).partition(":")[0]: str(play["hosts"])
+        for play in plays
+        if isinstance(play, dict) and "name" in play and "hosts" in play
+    }
+
+
+def hostless(playbook: Path, names: list[str], inv: dict[str, Any]) -> bool:
+    """True when the play of every phase in ``names`` matches no host of ``inv`` (a sim's
+    host phases, say): the segment needs no ansible-playbook run. False whenever a pattern
+    is one only Ansible can resolve."""
+    patterns = play_patterns(playbook)
+    for name in names:
+        if name not in patterns:
+            return False
+        hosts = inventory.pattern_hosts(inv, patterns[name])
+        if hosts is None or hosts:
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -154,6 +183,15 @@ class _Run:
             self._saved_statuses = statuses
 
     def ansible(self, names: list[str]) -> bool:
+        if hostless(playbook_for(self.command), names, self.inventory):
+            # what ansible-playbook would report, without its start-up and argument checks
+            for name in names:
+                phase = self.record.phase(name)
+                phase.status, phase.note = "skipped", NO_HOSTS
+                phase.started = phase.ended = records.now()
+                phase.seconds = 0.0
+            self._tick()
+            return True
         run = PlaybookRun(
             playbook=playbook_for(self.command),
             inventory=self.inventory_path,

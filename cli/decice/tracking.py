@@ -18,6 +18,10 @@ INSTALLED_KEY = "decice_installed"
 VERIFIED_KEY = "decice_verified"
 
 
+# a skipped phase's note when its play matched no host of the inventory
+NO_HOSTS = "no hosts in this phase's groups"
+
+
 class PhaseTracker:
     """Applies runner events to a run record's phases."""
 
@@ -57,11 +61,7 @@ class PhaseTracker:
             phase.status = "failed"
         elif not phase.hosts:
             phase.status = "skipped"
-            phase.note = (
-                "no hosts in this phase's groups"
-                if phase.name in self._no_hosts
-                else ("nothing to do")
-            )
+            phase.note = NO_HOSTS if phase.name in self._no_hosts else ("nothing to do")
         else:
             phase.status = "ok"
         self.current = None

@@ -97,6 +97,13 @@ def test_up_down_reset_leaves_no_process_and_no_data(tmp_path: Path) -> None:
     assert record["status"] in {"ok", "incomplete"}
     if record["status"] == "incomplete":
         assert record["not_done"], "incomplete runs must say what was not done"
+    # the host phases match no host of a sim: skipped as such, with no ansible-playbook run
+    host_phases = ("preflight", "baseline", "prepare")
+    skipped = {p["name"]: (p["status"], p["note"]) for p in record["phases"]}
+    for name in host_phases:
+        assert skipped[name] == ("skipped", "no hosts in this phase's groups"), skipped
+    ran = {p.name for p in (Path(record["artifacts"]) / "ansible" / "artifacts").iterdir()}
+    assert ran == {"addons"}, ran
     status = json.loads(run_decice(tmp_path, "status", "--json").stdout)
     sim = status["sim"]
     assert sim["control_plane"]["running"]
@@ -113,6 +120,13 @@ def test_up_down_reset_leaves_no_process_and_no_data(tmp_path: Path) -> None:
     assert down.returncode == 0, down.stderr
     reset = run_decice(tmp_path, "reset", "--yes", "--json")
     assert reset.returncode == 0, reset.stderr
+    reset_record = json.loads(reset.stdout)
+    assert {p["name"]: p["status"] for p in reset_record["phases"]} == {
+        "kubernetes": "ok",
+        "restore": "skipped",
+        "verify": "skipped",
+    }
+    assert not (Path(reset_record["artifacts"]) / "ansible" / "artifacts").exists()
     wait_for("every sim process to exit", lambda: not any(pid_alive(pid) for pid in pids), 30)
     assert not (tmp_path / ".decice" / "sim").exists()
     assert not (tmp_path / ".decice" / "kubeconfig").exists()
