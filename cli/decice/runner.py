@@ -221,6 +221,27 @@ def ansible_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+# Ansible's controller polls its workers every internal_poll_interval (1 ms by default):
+# about 0.07-0.1 of a core while tasks wait (bench/ansible/poll.py); 10 ms costs a few ms
+# per task. Ansible reads the setting from a config file only.
+POLL_CONFIG = "[defaults]\ninternal_poll_interval = 0.01\n"
+# the config files Ansible would read for a run of ours (its cwd is the private data dir)
+USER_CONFIGS = (Path("~/.ansible.cfg"), Path("/etc/ansible/ansible.cfg"))
+
+
+def poll_config_env(private_data_dir: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """``{ANSIBLE_CONFIG: <private_data_dir>/ansible.cfg}`` holding :data:`POLL_CONFIG`, or
+    nothing when the user's own config applies (ANSIBLE_CONFIG set, here or in ``env``, or
+    a file of :data:`USER_CONFIGS`): decice never takes a user's settings away."""
+    if env.get("ANSIBLE_CONFIG") or os.environ.get("ANSIBLE_CONFIG"):
+        return {}
+    if any(path.expanduser().is_file() for path in USER_CONFIGS):
+        return {}
+    config = private_data_dir / "ansible.cfg"
+    write_private(config, POLL_CONFIG)
+    return {"ANSIBLE_CONFIG": str(config)}
+
+
 def _first_lines(text: str, limit: int = 12) -> str:
     lines = [line.rstrip() for line in text.strip().splitlines() if line.strip()]
     tail = ["…"] if len(lines) > limit else []
@@ -415,6 +436,7 @@ def run_playbook(
     cmdline = "--check --diff" if run.check else None
     envvars = ansible_env(run.envvars)
     envvars.update(control_path_env(run.inventory, envvars))
+    envvars.update(poll_config_env(run.private_data_dir, envvars))
     stop = threading.Event()
 
     killed = threading.Event()
