@@ -222,8 +222,9 @@ def ansible_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 # Ansible's controller polls its workers every internal_poll_interval (1 ms by default):
-# about 0.07-0.1 of a core while tasks wait (bench/ansible/poll.py); 10 ms costs a few ms
-# per task. Ansible reads the setting from a config file only.
+# 0.07-0.1 of a core while the tasks of a synthetic playbook wait (bench/ansible/poll.py;
+# not seen on the add-on engine's down, bench/README.md); 10 ms, as the checkout's
+# ansible.cfg, costs a few ms per task. Ansible reads the setting from a config file only.
 POLL_CONFIG = "[defaults]\ninternal_poll_interval = 0.01\n"
 # the config files Ansible would read for a run of ours (its cwd is the private data dir)
 USER_CONFIGS = (Path("~/.ansible.cfg"), Path("/etc/ansible/ansible.cfg"))
