@@ -183,7 +183,8 @@ class _Run:
             self._saved_statuses = statuses
 
     def ansible(self, names: list[str]) -> bool:
-        if hostless(playbook_for(self.command), names, self.inventory):
+        playbook = playbook_for(self.command)
+        if hostless(playbook, names, self.inventory):
             # what ansible-playbook would report, without its start-up and argument checks
             for name in names:
                 phase = self.record.phase(name)
@@ -193,7 +194,7 @@ class _Run:
             self._tick()
             return True
         run = PlaybookRun(
-            playbook=playbook_for(self.command),
+            playbook=playbook,
             inventory=self.inventory_path,
             private_data_dir=Path(self.record.artifacts) / "ansible",
             extravars=play_vars(self.loaded, self.target),
