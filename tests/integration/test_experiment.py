@@ -288,7 +288,27 @@ def test_ctrl_c_leaves_a_partial_report_and_no_namespace(
     assert raw["cluster_runs"] == []  # --no-up
     assert "PARTIAL" in Path(latest["report"]).read_text()
     api = _kube(work)
-    wait_for("the interrupted arm's namespace to go", lambda: not _experiment_namespaces(api), 120)
+    try:
+        wait_for(
+            "the interrupted arm's namespace to go", lambda: not _experiment_namespaces(api), 120
+        )
+    except pytest.fail.Exception as exc:
+        pytest.fail(f"{exc}\n{_what_holds(api)}")
+
+
+def _what_holds(api: client.CoreV1Api) -> str:
+    """The experiment namespaces' deletion conditions and pods, for a failure message."""
+    lines = []
+    for ns in api.list_namespace(label_selector="decice.io/experiment").items:
+        lines.append(f"{ns.metadata.name}: phase {ns.status.phase}")
+        lines += [f"  {c.type}={c.status}: {c.message}" for c in ns.status.conditions or []]
+        for pod in api.list_namespaced_pod(ns.metadata.name).items:
+            lines.append(
+                f"  pod {pod.metadata.name} node={pod.spec.node_name} phase={pod.status.phase} "
+                f"deleting={pod.metadata.deletion_timestamp} "
+                f"finalizers={pod.metadata.finalizers}"
+            )
+    return "\n".join(lines)
 
 
 def test_a_killed_run_is_listed_interrupted_and_a_clean_slate_run_deletes_its_namespace(

@@ -376,11 +376,14 @@ async def delete_namespace(client: Client, namespace: str, *, wait: bool = True)
     """Delete ``namespace`` and (``wait``) see it gone. Its pods (all the experiment's)
     are deleted first at once with grace 0: the namespace controller alone deletes them
     gracefully, one by one, each waiting for its kubelet (two minutes for 1000 pods on the
-    sim)."""
+    sim). They are deleted so once more after the namespace's own delete: a create that
+    was in flight (an interrupted arm's) lands between the two, and once the namespace is
+    terminating no create is admitted."""
     path = f"/api/v1/namespaces/{namespace}"
     force = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
     await client.request("DELETE", f"{path}/pods", body=force, ok_status={404})
     await client.request("DELETE", path, ok_status={404})
+    await client.request("DELETE", f"{path}/pods", body=force, ok_status={404})
     if not wait:
         return
     loop = asyncio.get_running_loop()
