@@ -38,6 +38,10 @@ BIN = Path(sys.executable).parent
 DECICE = [sys.executable, "-m", "decice"]
 # the upstream mirror (add-on charts, images, Kubespray) beside the checkout
 MIRROR = REPO.parent / "shared" / "mirror"
+# the Kubernetes library's stdlib-only modules the interLink plugin's wheel carries
+INTERLINK_KUBE_MODULES = frozenset(
+    {"decice_kube.quantity", "decice_kube.pods", "decice_kube.loopback"}
+)
 
 
 def load_file(path: Path, name: str, *, register: bool = False) -> ModuleType:

@@ -15,13 +15,14 @@
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import math
 import os
 import stat
 import threading
 import time
 from collections.abc import Callable, Mapping
+
+from decice_kube.loopback import is_loopback
 
 __all__ = [
     "MIN_TOKEN_LENGTH",
@@ -37,17 +38,6 @@ __all__ = [
 
 TOKEN_ENV = "DECICE_SCHEDULER_DEBUG_TOKEN"
 MIN_TOKEN_LENGTH = 16
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback IP literals; any other name or address,
-    including ``0.0.0.0``, ``::`` and the empty string (every interface), is not."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def validate_token(token: str, source: str) -> str:

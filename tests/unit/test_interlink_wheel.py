@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import decice
+from tests.support import INTERLINK_KUBE_MODULES as KUBE_MODULES
 from tests.support import REPO
 
 pytestmark = pytest.mark.lint  # builds a wheel with pip (its build backend from the index)
@@ -43,8 +44,7 @@ def test_the_wheel_holds_the_plugin_and_nothing_else(wheel: Path) -> None:
         "decice/__init__.py",
         *(f"decice/interlink/{p.name}" for p in PLUGIN.glob("*.py")),
         "decice_kube/__init__.py",
-        "decice_kube/quantity.py",
-        "decice_kube/pods.py",
+        *(f"{m.replace('.', '/')}.py" for m in KUBE_MODULES),
     }
     meta = zipfile.ZipFile(wheel)
     info = next(n for n in names if n.endswith(".dist-info/METADATA"))
@@ -76,9 +76,9 @@ def test_installed_alone_it_imports_only_the_standard_library_and_runs(
     assert proc.returncode == 0, proc.stderr[-3000:]
     loaded = set(ast.literal_eval(proc.stdout.strip()))  # the list the probe printed
     wheel_modules = {"decice", "decice.interlink", "decice_kube", *modules}
-    wheel_modules |= {"decice_kube.quantity", "decice_kube.pods"}
+    wheel_modules |= KUBE_MODULES
     assert loaded <= wheel_modules, sorted(loaded - wheel_modules)
-    assert {"decice_kube.quantity", "decice_kube.pods"} <= loaded
+    assert loaded >= KUBE_MODULES
     version = subprocess.run(
         [sys.executable, "-S", "-E", "-c",
          f"import sys; sys.path.insert(0, {str(root)!r}); sys.argv = ['decice-interlink-slurm', "

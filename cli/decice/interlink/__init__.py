@@ -1,7 +1,7 @@
 """decice-interlink-slurm: an interLink 0.6.2 plugin that runs pods as SLURM jobs, rootless.
 
 Stdlib only, and nothing from decice outside this package but the Kubernetes library's
-stdlib-only ``decice_kube.quantity`` and ``decice_kube.pods``: its own wheel
+stdlib-only ``decice_kube.quantity``, ``.pods`` and ``.loopback``: its own wheel
 (``packaging/interlink-plugin``) installed with ``--no-deps`` into a bare venv on an HPC
 login host runs it as the user whose SLURM account the jobs use. See docs/interlink.md.
 

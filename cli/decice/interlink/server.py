@@ -19,7 +19,6 @@ Requests are logged by route and status only: bodies may carry secrets.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import logging
 import os
@@ -35,6 +34,7 @@ from typing import Any
 
 from decice.interlink.errors import BadRequest, PluginError, UsageError
 from decice.interlink.plugin import Plugin
+from decice_kube.loopback import is_loopback
 
 log = logging.getLogger("decice.interlink")
 
@@ -331,16 +331,6 @@ def _clear_stale_socket(path: Path) -> None:
     finally:
         probe.close()
     raise UsageError(f"--listen unix:{path}: another process serves this socket")
-
-
-def is_loopback(host: str) -> bool:
-    """``host`` names this machine's loopback only (127.0.0.0/8, ::1, localhost)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_tcp_access(listen: Listen, token: str | None) -> None:
