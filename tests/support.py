@@ -38,7 +38,9 @@ BIN = Path(sys.executable).parent
 DECICE = [sys.executable, "-m", "decice"]
 # the upstream mirror (add-on charts, images, Kubespray) beside the checkout
 MIRROR = REPO.parent / "shared" / "mirror"
-# the Kubernetes library's stdlib-only modules the interLink plugin's wheel carries
+# decice's and the Kubernetes library's stdlib-only modules the interLink plugin's wheel
+# carries beside decice.interlink
+INTERLINK_DECICE_MODULES = frozenset({"decice", "decice.__version__", "decice.command"})
 INTERLINK_KUBE_MODULES = frozenset(
     {"decice_kube.quantity", "decice_kube.pods", "decice_kube.loopback"}
 )

@@ -30,8 +30,8 @@ from decice.interlink.slurm import (
     sacct,
 )
 from decice.interlink.status import JobView, container_status
+from tests.support import INTERLINK_DECICE_MODULES, interlink_pod, wait_for
 from tests.support import INTERLINK_KUBE_MODULES as KUBE_MODULES
-from tests.support import interlink_pod, wait_for
 
 pytestmark = pytest.mark.unit
 
@@ -396,8 +396,8 @@ def test_package_is_stdlib_only_and_self_contained():
             names = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module == "decice_kube":
-                names = [f"decice_kube.{a.name}" for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module in ("decice", "decice_kube"):
+                names = [f"{node.module}.{a.name}" for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
             for name in names:
@@ -405,6 +405,5 @@ def test_package_is_stdlib_only_and_self_contained():
                 if name.startswith("decice_kube"):
                     assert name in KUBE_MODULES, name
                 elif name.startswith("decice"):
-                    assert name == "decice" or name.startswith("decice.interlink"), (
-                        f"{path.name} imports {name}"
-                    )
+                    ours = name in INTERLINK_DECICE_MODULES or name.startswith("decice.interlink")
+                    assert ours, f"{path.name} imports {name}"

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import decice
+from tests.support import INTERLINK_DECICE_MODULES, REPO
 from tests.support import INTERLINK_KUBE_MODULES as KUBE_MODULES
-from tests.support import REPO
 
 pytestmark = pytest.mark.lint  # builds a wheel with pip (its build backend from the index)
 
@@ -42,6 +42,7 @@ def test_the_wheel_holds_the_plugin_and_nothing_else(wheel: Path) -> None:
     code = {n for n in names if ".dist-info/" not in n}
     assert code == {
         "decice/__init__.py",
+        "decice/command.py",
         *(f"decice/interlink/{p.name}" for p in PLUGIN.glob("*.py")),
         "decice_kube/__init__.py",
         *(f"{m.replace('.', '/')}.py" for m in KUBE_MODULES),
@@ -75,7 +76,7 @@ def test_installed_alone_it_imports_only_the_standard_library_and_runs(
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     loaded = set(ast.literal_eval(proc.stdout.strip()))  # the list the probe printed
-    wheel_modules = {"decice", "decice.interlink", "decice_kube", *modules}
+    wheel_modules = {*INTERLINK_DECICE_MODULES, "decice.interlink", "decice_kube", *modules}
     wheel_modules |= KUBE_MODULES
     assert loaded <= wheel_modules, sorted(loaded - wheel_modules)
     assert loaded >= KUBE_MODULES

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from decice import command
 from decice.interlink.errors import SlurmError
 
 log = logging.getLogger("decice.interlink")
@@ -32,17 +33,16 @@ UNUSABLE_NODE = {
 
 def _run(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
     try:
-        proc = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=TIMEOUT, check=False
+        return command.run(
+            argv,
+            check=check,
+            timeout=TIMEOUT,
+            name=argv[0],
+            missing_hint="the plugin needs SLURM's commands on PATH",
+            tail=500,
         )
-    except FileNotFoundError as exc:
-        raise SlurmError(f"{argv[0]} not found on PATH: the plugin needs SLURM's commands") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise SlurmError(f"{argv[0]} did not answer within {TIMEOUT:.0f} s") from exc
-    if check and proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip()[-500:]
-        raise SlurmError(f"{argv[0]} failed ({proc.returncode}): {detail}")
-    return proc
+    except command.CommandError as exc:
+        raise SlurmError(str(exc)) from exc
 
 
 # sbatch reads #PBS and #BSUB lines as directives too unless told not to: only the

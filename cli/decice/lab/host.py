@@ -10,6 +10,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from decice import command
 from decice.lab.errors import LabError
 
 log = logging.getLogger("decice.lab")
@@ -27,25 +28,17 @@ def run(
     timeout: float | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` and capture its output; raise LabError with stderr when it fails."""
-    full_env = {**os.environ, **env} if env else None
     try:
-        proc = subprocess.run(
-            list(argv),
-            input=input_bytes.decode() if input_bytes is not None else None,
-            capture_output=True,
-            text=True,
-            env=full_env,
-            check=False,
+        return command.run(
+            argv,
+            check=check,
             timeout=timeout,
+            env=env,
+            input_text=input_bytes.decode() if input_bytes is not None else None,
+            missing_hint="install the package providing it",
         )
-    except FileNotFoundError as exc:
-        raise LabError(f"command not found: {argv[0]}; install the package providing it") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise LabError(f"command timed out after {timeout:.0f} s: {' '.join(argv)}") from exc
-    if check and proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip()[-2000:]
-        raise LabError(f"command failed ({proc.returncode}): {' '.join(argv)}\n{detail}")
-    return proc
+    except command.CommandError as exc:
+        raise LabError(str(exc)) from exc
 
 
 def ensure_commands(commands: Mapping[str, str], purpose: str) -> None:

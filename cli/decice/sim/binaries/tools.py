@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from decice import command
 from decice.errors import RunFailedError
 
 log = logging.getLogger(__name__)
@@ -102,24 +103,9 @@ def run(
             )
         return ""
     try:
-        result = subprocess.run(
-            args,
-            cwd=cwd,
-            env=full_env,
-            capture_output=True,
-            text=True,
-            stdin=subprocess.DEVNULL,
-            check=False,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise BuildError(f"command timed out after {timeout} s: {' '.join(args)}") from exc
-    if result.returncode != 0:
-        raise BuildError(
-            f"command failed (exit {result.returncode}): {' '.join(args)}\n"
-            f"{_tail(result.stderr or result.stdout)}"
-        )
-    return result.stdout
+        return command.run(args, cwd=cwd, env=env, timeout=timeout, tail=4000).stdout
+    except command.CommandError as exc:
+        raise BuildError(str(exc)) from exc
 
 
 def _tail(text: str, lines: int = 30) -> str:
