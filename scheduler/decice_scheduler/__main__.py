@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import os
 import sys
+from dataclasses import fields
 from typing import TYPE_CHECKING
 
 from decice_scheduler.debugaccess import TOKEN_ENV, load_token, require_token_off_loopback
@@ -192,29 +193,18 @@ def main(argv: list[str] | None = None) -> int:
     from decice_scheduler.logsetup import configure_logging
 
     configure_logging(args.log_level)
+    # every option whose flag has the field's name, then those named otherwise
+    same = {f.name: getattr(args, f.name) for f in fields(Options) if hasattr(args, f.name)}
     options = Options(
-        kubeconfig=args.kubeconfig,
-        scheduler_name=args.scheduler_name,
-        qps=args.qps,
-        burst=args.burst,
-        metrics_port=args.metrics_port,
-        metrics_host=args.metrics_host,
-        debug_token=token,
-        debug_audit_window=args.debug_audit_min_interval,
-        leader_elect=args.leader_elect,
-        lock_namespace=args.lock_namespace,
-        lease_duration=args.leader_elect_lease_duration,
-        renew_deadline=args.leader_elect_renew_deadline,
-        retry_period=args.leader_elect_retry_period,
-        audit_interval=args.audit_interval,
-        watch_timeout=args.watch_timeout,
-        bind_concurrency=args.bind_concurrency,
-        event_qps=args.event_qps,
-        event_burst=args.event_burst,
-        max_backoff=args.max_backoff,
-        events=args.events,
-        event_queue_size=args.event_queue_size,
-        placement_scores=scores,
+        **{
+            **same,
+            "debug_token": token,
+            "debug_audit_window": args.debug_audit_min_interval,
+            "lease_duration": args.leader_elect_lease_duration,
+            "renew_deadline": args.leader_elect_renew_deadline,
+            "retry_period": args.leader_elect_retry_period,
+            "placement_scores": scores,
+        }
     )
     try:
         scheduler = Scheduler(options, profile)
