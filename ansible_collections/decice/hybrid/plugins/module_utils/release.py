@@ -29,6 +29,14 @@ from pathlib import Path
 from typing import Any
 
 NOT_FOUND = "not found"
+# the argument spec of one add-on's release, shared by addon_install and addon_remove
+# (documented by the doc fragment decice.hybrid.helm_release)
+OPTIONS: dict[str, dict[str, Any]] = {
+    "name": {"type": "str", "required": True},
+    "release": {"type": "str", "required": True},
+    "namespace": {"type": "str", "required": True},
+    "helm": {"type": "path", "default": "helm"},
+}
 #: the states a killed first install leaves: removed before the install
 BROKEN_FIRST = ("pending-install",)
 #: the states a killed upgrade or rollback leaves: rolled back before the upgrade

@@ -34,18 +34,6 @@ description:
     Established, Deployments Available, a ready endpoint behind each webhook Service).
   - In check mode, reads only and says whether a run would change anything.
 options:
-  name:
-    description: The add-on, for messages and the sim adaptation reports.
-    type: str
-    required: true
-  release:
-    description: The helm release.
-    type: str
-    required: true
-  namespace:
-    description: The release's namespace.
-    type: str
-    required: true
   namespace_labels:
     description: Labels the namespace must carry.
     type: dict
@@ -58,10 +46,6 @@ options:
     description: The release's values (user-supplied values, as C(helm get values) shows them).
     type: dict
     default: {}
-  helm:
-    description: The helm binary.
-    type: path
-    default: helm
   post_renderer:
     description:
       - A helm post-renderer (the sim's). Empty for none. With one, the adaptation reports
@@ -105,9 +89,7 @@ options:
     default: 1.0
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
-requirements:
-  - kubernetes
-  - helm
+  - decice.hybrid.helm_release
 """
 
 EXAMPLES = r"""
@@ -341,13 +323,10 @@ def _patches(module: Any, client: kube.Client, steps: list[str]) -> None:
 
 def _argument_spec() -> dict[str, Any]:
     return kube.argument_spec(
-        name={"type": "str", "required": True},
-        release={"type": "str", "required": True},
-        namespace={"type": "str", "required": True},
+        **release.OPTIONS,
         namespace_labels={"type": "dict", "default": {}},
         chart={"type": "path", "required": True},
         values={"type": "dict", "default": {}},
-        helm={"type": "path", "default": "helm"},
         post_renderer={"type": "str", "default": ""},
         report_dir={"type": "path"},
         crd_groups={"type": "list", "elements": "str", "default": []},

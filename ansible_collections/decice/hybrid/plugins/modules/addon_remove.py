@@ -24,22 +24,6 @@ description:
     words when the release cannot be removed.
   - In check mode deletes nothing and returns what it would delete.
 options:
-  name:
-    description: The add-on, for messages.
-    type: str
-    required: true
-  release:
-    description: The helm release.
-    type: str
-    required: true
-  namespace:
-    description: The release namespace.
-    type: str
-    required: true
-  helm:
-    description: The helm binary.
-    type: path
-    default: helm
   crd_groups:
     description: The API groups of the add-on's CRDs.
     type: list
@@ -78,9 +62,7 @@ options:
     default: 300
 extends_documentation_fragment:
   - kubernetes.core.k8s_auth_options
-requirements:
-  - kubernetes
-  - helm
+  - decice.hybrid.helm_release
 """
 
 EXAMPLES = r"""
@@ -156,10 +138,7 @@ def _uninstall(module: Any) -> bool:
 
 def _argument_spec() -> dict[str, Any]:
     return kube.argument_spec(
-        name={"type": "str", "required": True},
-        release={"type": "str", "required": True},
-        namespace={"type": "str", "required": True},
-        helm={"type": "path", "default": "helm"},
+        **release.OPTIONS,
         crd_groups={"type": "list", "elements": "str", "default": []},
         extra_objects={"type": "list", "elements": "dict", "default": []},
         disable_hooks={"type": "bool", "default": False},
