@@ -16,14 +16,7 @@ import pytest
 
 from decice.sim.binaries.resolve import BinarySet
 from decice.targets.sim import leftover_processes
-from tests.integration.moleculesupport import (
-    assert_refused_unset,
-    base_env,
-    one_line,
-    require_molecule,
-    run,
-    section,
-)
+from tests.integration import moleculesupport as ms
 from tests.support import MIRROR, require
 
 pytestmark = [pytest.mark.molecule, pytest.mark.addons]
@@ -31,17 +24,17 @@ pytestmark = [pytest.mark.molecule, pytest.mark.addons]
 
 def test_addons_without_mirror_fails_naming_the_variable(tmp_path: Path):
     ephemeral = tmp_path / "ephemeral"
-    assert_refused_unset(ephemeral, "addons", "DECICE_MIRROR", base=False)
+    ms.assert_refused_unset(ephemeral, "addons", "DECICE_MIRROR", base=False)
     assert not (ephemeral / "decice.yaml").exists()
 
 
 def _addons_env(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """The ephemeral directory and environment of an `addons` scenario run (needs molecule
     and the mirror)."""
-    require_molecule()
+    ms.require_molecule()
     require((MIRROR / "charts" / "SHA256SUMS").is_file(), f"the add-on mirror {MIRROR}")
     ephemeral = tmp_path / "ephemeral"
-    env = base_env(ephemeral) | {"DECICE_MIRROR": str(MIRROR)}
+    env = ms.base_env(ephemeral) | {"DECICE_MIRROR": str(MIRROR)}
     return ephemeral, env
 
 
@@ -51,17 +44,17 @@ def test_addons_destroy_after_a_create_that_stopped_half_way(tmp_path: Path):
     reset` on the spec, and succeeds."""
     ephemeral, env = _addons_env(tmp_path)
     broken = env | {"DECICE_K8S_BIN_DIR": str(tmp_path / "no-such-dir")}
-    code, out, _ = run(["create", "-s", "addons"], broken, base=False)
+    code, out, _ = ms.run(["create", "-s", "addons"], broken, base=False)
     assert code != 0
-    assert "DECICE_K8S_BIN_DIR" in one_line(out), out[-3000:]
+    assert "DECICE_K8S_BIN_DIR" in ms.one_line(out), out[-3000:]
     assert (ephemeral / "decice.yaml").is_file(), "create stopped before writing the spec"
     assert not (ephemeral / "decice-vars.json").exists()
 
-    code, out, _ = run(["destroy", "-s", "addons"], env, base=False)
+    code, out, _ = ms.run(["destroy", "-s", "addons"], env, base=False)
 
     assert code == 0, out[-3000:]
     assert "addons ➜ destroy: Executed: Successful" in out
-    flat = one_line(out)
+    flat = ms.one_line(out)
     assert "Stop the control plane and remove its data (decice reset)" in flat
     assert "Remove Volcano in the safe order" not in flat, "uninstalled with nothing there"
     assert not leftover_processes(ephemeral)
@@ -82,26 +75,26 @@ def test_addons_scenario(tmp_path: Path, sim_binaries: BinarySet):
     converge's baseline, control plane stopped; and destroy again with nothing left."""
     ephemeral, env = _addons_env(tmp_path)
     try:
-        code, out, seconds = run(["test", "-s", "addons", "--destroy", "never"], env, base=False)
+        code, out, seconds = ms.run(["test", "-s", "addons", "--destroy", "never"], env, base=False)
         assert code == 0, f"molecule test failed after {seconds:.0f} s:\n{out[-6000:]}"
         for step in ("create", "prepare", "converge", "idempotence", "verify"):
             assert f"addons ➜ {step}: Executed: Successful" in out, step
         # verify asserted each expectation and reported it: the release, the CRD set, the
         # Deployment set, the namespace
-        verified = one_line(section(out, "addons", "verify")).count("verified: ")
+        verified = ms.one_line(ms.section(out, "addons", "verify")).count("verified: ")
         assert verified == 4, f"verify reported {verified} checks:\n{out[-3000:]}"
 
         _label_namespace(ephemeral / ".decice" / "kubeconfig", "volcano-system", "someone-else")
-        code, broken, _ = run(["verify", "-s", "addons"], env, base=False)
+        code, broken, _ = ms.run(["verify", "-s", "addons"], env, base=False)
         assert code != 0, "verify passed on a namespace that is not labelled as decice's"
-        assert "namespace volcano-system: labels" in one_line(broken), broken[-3000:]
+        assert "namespace volcano-system: labels" in ms.one_line(broken), broken[-3000:]
     finally:
-        code, out, destroy_s = run(["destroy", "-s", "addons"], env, base=False)
+        code, out, destroy_s = ms.run(["destroy", "-s", "addons"], env, base=False)
     assert code == 0, f"molecule destroy failed after {destroy_s:.0f} s:\n{out[-6000:]}"
     assert "addons ➜ destroy: Executed: Successful" in out
     # it uninstalled through the roles and compared the API with converge's baseline
     # (leftovers would have failed it), then stopped the control plane
-    destroy = one_line(section(out, "addons", "destroy"))
+    destroy = ms.one_line(ms.section(out, "addons", "destroy"))
     for task in (
         "Remove Volcano in the safe order",
         "Compare the cluster with the API baseline",
@@ -111,7 +104,9 @@ def test_addons_scenario(tmp_path: Path, sim_binaries: BinarySet):
     assert not leftover_processes(ephemeral), "a sim process of the scenario still runs"
     assert not (ephemeral / ".decice" / "kubeconfig").exists()
     # what `molecule test` does first: destroy with nothing created
-    code, out, _ = run(["destroy", "-s", "addons"], env, base=False)
+    code, out, _ = ms.run(["destroy", "-s", "addons"], env, base=False)
     assert code == 0, out[-3000:]
-    assert "Remove Volcano in the safe order" not in one_line(out), "uninstalled with nothing there"
+    assert "Remove Volcano in the safe order" not in ms.one_line(out), (
+        "uninstalled with nothing there"
+    )
     print(f"molecule test -s addons: {seconds:.0f} s + destroy {destroy_s:.0f} s")

@@ -23,20 +23,7 @@ from kubernetes import client
 from decice.sim.binaries.resolve import BinarySet
 from decice.sim.controlplane.loopback import ControlPlane
 from decice_scheduler.cache.resources import node_allocatable, pod_request
-from tests.integration.schedsupport import (
-    bound_node,
-    create_pod,
-    failed_scheduling_event,
-    group,
-    pod,
-    raw_json,
-    read_pod,
-    recreate_node,
-    saved_node,
-    wait_bound,
-    wait_gone,
-    wait_running,
-)
+from tests.integration import schedsupport as ss
 from tests.integration.simsupport import (
     SchedEnv,
     SchedulerProc,
@@ -51,14 +38,14 @@ pytestmark = pytest.mark.scheduler
 NS = "cases"
 NS2 = "cases-two"
 GROUPS = [
-    group("twin", 1),
-    group("gone", 1, cpu="4"),
-    group("tnt", 2),
-    group("eff", 1),
-    group("gpu", 2, cpu="8", **{"nvidia.com/gpu": "2"}),
-    group("late", 1, cpu="16"),
-    group("knine", 4, cpu="4"),
-    group("hostile", 1, cpu="4"),
+    ss.group("twin", 1),
+    ss.group("gone", 1, cpu="4"),
+    ss.group("tnt", 2),
+    ss.group("eff", 1),
+    ss.group("gpu", 2, cpu="8", **{"nvidia.com/gpu": "2"}),
+    ss.group("late", 1, cpu="16"),
+    ss.group("knine", 4, cpu="4"),
+    ss.group("hostile", 1, cpu="4"),
 ]
 
 env = shared_env_fixture("cases", GROUPS, (NS, NS2))
@@ -67,7 +54,7 @@ env = shared_env_fixture("cases", GROUPS, (NS, NS2))
 def stays_unbound(core: client.CoreV1Api, ns: str, name: str, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if bound_node(core, ns, name):
+        if ss.bound_node(core, ns, name):
             return False
         time.sleep(0.2)
     return True
@@ -80,11 +67,11 @@ def usage(env: SchedEnv, node: str) -> dict[str, Any]:
 
 
 def pods_json(core: client.CoreV1Api) -> list[dict[str, Any]]:
-    return list(raw_json(core.list_pod_for_all_namespaces(_preload_content=False))["items"])
+    return list(ss.raw_json(core.list_pod_for_all_namespaces(_preload_content=False))["items"])
 
 
 def nodes_json(core: client.CoreV1Api) -> list[dict[str, Any]]:
-    return list(raw_json(core.list_node(_preload_content=False))["items"])
+    return list(ss.raw_json(core.list_node(_preload_content=False))["items"])
 
 
 def overcommitted(core: client.CoreV1Api, resources: tuple[str, ...]) -> list[str]:
@@ -123,29 +110,29 @@ def test_same_name_in_two_namespaces_and_name_reused_after_deletion(
 ) -> None:
     """Pods are keyed by uid: ``twin`` in two namespaces counts twice; deleting one and
     creating ``twin`` again (new uid) frees the old one's share and counts the new once."""
-    a = create_pod(core, NS, pod("twin", "twin", cpu="800m"))
-    b = create_pod(core, NS2, pod("twin", "twin", cpu="800m"))
-    assert wait_bound(core, NS, "twin") == "twin-0"
-    assert wait_bound(core, NS2, "twin") == "twin-0"
+    a = ss.create_pod(core, NS, ss.pod("twin", "twin", cpu="800m"))
+    b = ss.create_pod(core, NS2, ss.pod("twin", "twin", cpu="800m"))
+    assert ss.wait_bound(core, NS, "twin") == "twin-0"
+    assert ss.wait_bound(core, NS2, "twin") == "twin-0"
     wait_for("both counted", lambda: len(usage(env, "twin-0")["pods"]) == 2)
     got = usage(env, "twin-0")
     assert set(got["pods"]) == {a["metadata"]["uid"], b["metadata"]["uid"]}
     assert got["requested"]["cpu"] == 1600
     # 400m left: a 500m pod must wait (both twins are counted, not one by name)
-    create_pod(core, NS, pod("third", "twin", cpu="500m"))
+    ss.create_pod(core, NS, ss.pod("third", "twin", cpu="500m"))
     assert stays_unbound(core, NS, "third", 1.5)
 
-    wait_running(core, NS, "twin")
+    ss.wait_running(core, NS, "twin")
     core.delete_namespaced_pod("twin", NS)
-    wait_gone(core, NS, "twin")
+    ss.wait_gone(core, NS, "twin")
     # the old twin's 800m are free: `third` (500m) lands
-    assert wait_bound(core, NS, "third") == "twin-0"
+    assert ss.wait_bound(core, NS, "third") == "twin-0"
     # same name, new uid, 800m: 1600m counted (b + third) leaves 400m -> it waits
-    c = create_pod(core, NS, pod("twin", "twin", cpu="800m"))
+    c = ss.create_pod(core, NS, ss.pod("twin", "twin", cpu="800m"))
     assert c["metadata"]["uid"] != a["metadata"]["uid"]
     assert stays_unbound(core, NS, "twin", 1.5)
     core.delete_namespaced_pod("third", NS, grace_period_seconds=0)
-    assert wait_bound(core, NS, "twin") == "twin-0"
+    assert ss.wait_bound(core, NS, "twin") == "twin-0"
     wait_for("new twin counted", lambda: len(usage(env, "twin-0")["pods"]) == 2)
     got = usage(env, "twin-0")
     assert set(got["pods"]) == {b["metadata"]["uid"], c["metadata"]["uid"]}
@@ -162,23 +149,23 @@ def test_node_deleted_with_pods_then_recreated(env: SchedEnv, core: client.CoreV
     pods count against the name until they are gone (as the API still reports them
     bound there). A node recreated with the same name starts with exactly what is still
     bound to that name: nothing once the orphans were removed."""
-    node = saved_node(core, "gone-0")
-    create_pod(core, NS, pod("a", "gone", cpu="1500m"))
-    create_pod(core, NS, pod("b", "gone", cpu="1500m"))
-    wait_running(core, NS, "a")
-    wait_running(core, NS, "b")
+    node = ss.saved_node(core, "gone-0")
+    ss.create_pod(core, NS, ss.pod("a", "gone", cpu="1500m"))
+    ss.create_pod(core, NS, ss.pod("b", "gone", cpu="1500m"))
+    ss.wait_running(core, NS, "a")
+    ss.wait_running(core, NS, "b")
     nodes = env.sched.state()["nodes"]
     core.delete_node("gone-0")
     wait_for("node removed", lambda: env.sched.state()["nodes"] == nodes - 1)
-    create_pod(core, NS, pod("big", "gone", cpu="3"))
+    ss.create_pod(core, NS, ss.pod("big", "gone", cpu="3"))
     assert stays_unbound(core, NS, "big", 1.0), "bound to a deleted node"
     assert_no_drift(env.sched)
 
     # one orphan removed (what podgc would do), then the node comes back:
     # b (1500m) is still bound to the name and must be counted -> big (3 cpu) waits
     core.delete_namespaced_pod("a", NS)
-    wait_gone(core, NS, "a")
-    recreate_node(core, node)
+    ss.wait_gone(core, NS, "a")
+    ss.recreate_node(core, node)
     wait_for("node back", lambda: env.sched.state()["nodes"] == nodes)
     assert stays_unbound(core, NS, "big", 1.5), "the orphan's 1500m were not counted"
     assert usage(env, "gone-0")["requested"]["cpu"] == 1500
@@ -188,15 +175,15 @@ def test_node_deleted_with_pods_then_recreated(env: SchedEnv, core: client.CoreV
     core.delete_node("gone-0")
     wait_for("node removed again", lambda: env.sched.state()["nodes"] == nodes - 1)
     core.delete_namespaced_pod("b", NS)
-    wait_gone(core, NS, "b")
+    ss.wait_gone(core, NS, "b")
     wait_for("ghost gone", lambda: "gone-0" not in env.sched.state()["usage"])
-    recreate_node(core, node)
-    assert wait_bound(core, NS, "big") == "gone-0"
-    create_pod(core, NS, pod("rest", "gone", cpu="1"))
-    assert wait_bound(core, NS, "rest") == "gone-0"
-    create_pod(core, NS, pod("more", "gone", cpu="100m"))
+    ss.recreate_node(core, node)
+    assert ss.wait_bound(core, NS, "big") == "gone-0"
+    ss.create_pod(core, NS, ss.pod("rest", "gone", cpu="1"))
+    assert ss.wait_bound(core, NS, "rest") == "gone-0"
+    ss.create_pod(core, NS, ss.pod("more", "gone", cpu="100m"))
     assert stays_unbound(core, NS, "more", 1.0)
-    wait_running(core, NS, "rest")
+    ss.wait_running(core, NS, "rest")
     assert usage(env, "gone-0")["requested"]["cpu"] == 4000
     assert not rejected(core)
     assert_no_drift(env.sched)
@@ -208,23 +195,25 @@ def test_noschedule_taint_avoided_unless_tolerated(env: SchedEnv, core: client.C
     try:
         wait_for(
             "taint seen",
-            lambda: raw_json(core.read_node("tnt-0", _preload_content=False))["spec"].get("taints"),
+            lambda: ss.raw_json(core.read_node("tnt-0", _preload_content=False))["spec"].get(
+                "taints"
+            ),
         )
         time.sleep(0.5)
         for i in range(3):
-            create_pod(core, NS, pod(f"plain-{i}", "tnt", cpu="500m"))
+            ss.create_pod(core, NS, ss.pod(f"plain-{i}", "tnt", cpu="500m"))
         for i in range(3):
-            assert wait_bound(core, NS, f"plain-{i}") == "tnt-1"
+            assert ss.wait_bound(core, NS, f"plain-{i}") == "tnt-1"
         # tnt-1 has 500m left, tnt-0 is tainted: 1 cpu fits nowhere for an intolerant pod
-        create_pod(core, NS, pod("wait", "tnt", cpu="1"))
+        ss.create_pod(core, NS, ss.pod("wait", "tnt", cpu="1"))
         assert stays_unbound(core, NS, "wait", 1.5), "an intolerant pod landed on tnt-0"
         tolerate = [{"key": "decice.io/test", "operator": "Equal", "value": "x"}]
-        create_pod(core, NS, pod("tol", "tnt", cpu="1", tolerations=tolerate))
-        assert wait_bound(core, NS, "tol") == "tnt-0"
-        assert bound_node(core, NS, "wait") is None
+        ss.create_pod(core, NS, ss.pod("tol", "tnt", cpu="1", tolerations=tolerate))
+        assert ss.wait_bound(core, NS, "tol") == "tnt-0"
+        assert ss.bound_node(core, NS, "wait") is None
         # untainted: the waiting pod is re-tried and takes the rest of tnt-0
         core.patch_node("tnt-0", {"spec": {"taints": None}})
-        assert wait_bound(core, NS, "wait", timeout=20) == "tnt-0"
+        assert ss.wait_bound(core, NS, "wait", timeout=20) == "tnt-0"
     finally:
         core.patch_node("tnt-0", {"spec": {"taints": None}})
     assert not rejected(core)
@@ -248,12 +237,12 @@ def test_init_sidecar_and_overhead_accounting(env: SchedEnv, core: client.CoreV1
     }
     node_api.create_runtime_class(rc, _preload_content=False)  # type: ignore[arg-type]
     try:
-        create_pod(core, NS, pod("filler", "eff", cpu="500m"))
-        wait_running(core, NS, "filler")
+        ss.create_pod(core, NS, ss.pod("filler", "eff", cpu="500m"))
+        ss.wait_running(core, NS, "filler")
 
         # does this API server keep initContainers[].restartPolicy (sidecars, 1.28+)?
-        probe = create_pod(
-            core, NS, pod("sidecar", "eff", cpu="1", init=[{"request": "600m", "sidecar": True}])
+        probe = ss.create_pod(
+            core, NS, ss.pod("sidecar", "eff", cpu="1", init=[{"request": "600m", "sidecar": True}])
         )
         sidecars_kept = probe["spec"]["initContainers"][0].get("restartPolicy") == "Always"
         # kept: 1000m + 600m sidecar = 1600m > 1500m; dropped (1.20): a plain init step
@@ -263,23 +252,23 @@ def test_init_sidecar_and_overhead_accounting(env: SchedEnv, core: client.CoreV1
 
         must_not_fit = {
             # ignoring the init container: 100m would fit
-            "init-big": pod("init-big", "eff", cpu="100m", init=[{"request": "1600m"}]),
+            "init-big": ss.pod("init-big", "eff", cpu="100m", init=[{"request": "1600m"}]),
             # ignoring the overhead: 1300m would fit; with it 1550m does not
-            "overhead-over": pod(
+            "overhead-over": ss.pod(
                 "overhead-over", "eff", cpu="1300m", runtime_class=rc["metadata"]["name"]
             ),
         }
         must_fit = {
             # summing init and app containers (2500m) would not fit; max is 1500m
-            "init-max": (pod("init-max", "eff", cpu="1", init=[{"request": "1500m"}]), 1500),
+            "init-max": (ss.pod("init-max", "eff", cpu="1", init=[{"request": "1500m"}]), 1500),
             # 1250m + 250m overhead = exactly the remainder
             "overhead-exact": (
-                pod("overhead-exact", "eff", cpu="1250m", runtime_class=rc["metadata"]["name"]),
+                ss.pod("overhead-exact", "eff", cpu="1250m", runtime_class=rc["metadata"]["name"]),
                 1500,
             ),
         }
         for body in must_not_fit.values():
-            stored = create_pod(core, NS, body)
+            stored = ss.create_pod(core, NS, body)
             assert pod_request(stored).cpu > 1500
         if sidecar_cpu > 1500:
             must_not_fit["sidecar"] = probe
@@ -287,25 +276,25 @@ def test_init_sidecar_and_overhead_accounting(env: SchedEnv, core: client.CoreV1
             assert stays_unbound(core, NS, name, 2.0 if name == "init-big" else 0.2), name
         for name in must_not_fit:
             core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
-            wait_gone(core, NS, name)
+            ss.wait_gone(core, NS, name)
 
         if sidecar_cpu <= 1500:
-            assert wait_bound(core, NS, "sidecar") == "eff-0"
+            assert ss.wait_bound(core, NS, "sidecar") == "eff-0"
             wait_for("sidecar pod counted", lambda: len(usage(env, "eff-0")["pods"]) == 2)
             assert usage(env, "eff-0")["requested"]["cpu"] == 500 + sidecar_cpu
-            wait_running(core, NS, "sidecar")
+            ss.wait_running(core, NS, "sidecar")
             core.delete_namespaced_pod("sidecar", NS, grace_period_seconds=0)
-            wait_gone(core, NS, "sidecar")
+            ss.wait_gone(core, NS, "sidecar")
 
         for name, (body, effective) in must_fit.items():
-            stored = create_pod(core, NS, body)
+            stored = ss.create_pod(core, NS, body)
             assert pod_request(stored).cpu == effective
-            assert wait_bound(core, NS, name) == "eff-0", name
-            wait_running(core, NS, name)
+            assert ss.wait_bound(core, NS, name) == "eff-0", name
+            ss.wait_running(core, NS, name)
             wait_for(f"{name} counted", lambda: len(usage(env, "eff-0")["pods"]) == 2)
             assert usage(env, "eff-0")["requested"]["cpu"] == 500 + effective, name
             core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
-            wait_gone(core, NS, name)
+            ss.wait_gone(core, NS, name)
         assert not rejected(core)
         assert_no_drift(env.sched)
     finally:
@@ -318,11 +307,11 @@ def test_gpu_pods_only_on_gpu_nodes_never_overcommitted(
     """Two GPU nodes with 2 GPUs each, no node selector on the pods: 6 one-GPU pods ->
     exactly 4 bound, all on gpu-*, at most 2 per node; a 3-GPU pod never fits."""
     for i in range(6):
-        create_pod(core, NS, pod(f"g{i}", None, cpu="100m", gpu=1))
-    create_pod(core, NS, pod("g-three", None, cpu="100m", gpu=3))
+        ss.create_pod(core, NS, ss.pod(f"g{i}", None, cpu="100m", gpu=1))
+    ss.create_pod(core, NS, ss.pod("g-three", None, cpu="100m", gpu=3))
 
     def bound() -> dict[str, str]:
-        return {n: node for i in range(6) if (node := bound_node(core, NS, n := f"g{i}"))}
+        return {n: node for i in range(6) if (node := ss.bound_node(core, NS, n := f"g{i}"))}
 
     wait_for("4 gpu pods bound", lambda: len(bound()) == 4)
     time.sleep(1.5)
@@ -330,15 +319,15 @@ def test_gpu_pods_only_on_gpu_nodes_never_overcommitted(
     assert len(placed) == 4, placed
     assert set(placed.values()) == {"gpu-0", "gpu-1"}
     assert sorted(placed.values()).count("gpu-0") == 2
-    assert bound_node(core, NS, "g-three") is None
+    assert ss.bound_node(core, NS, "g-three") is None
 
-    event = failed_scheduling_event(core, NS, "g-three")
+    event = ss.failed_scheduling_event(core, NS, "g-three")
     assert "Insufficient nvidia.com/gpu" in wait_for("g-three event", event, timeout=20).message
     # free one GPU: exactly one of the two waiting one-GPU pods takes it
     victim = next(iter(placed))
     freed_on = placed[victim]
     core.delete_namespaced_pod(victim, NS)
-    wait_gone(core, NS, victim)
+    ss.wait_gone(core, NS, victim)
     wait_for("a waiting pod bound", lambda: len(bound()) == 4)
     time.sleep(1.0)
     now = bound()
@@ -348,7 +337,8 @@ def test_gpu_pods_only_on_gpu_nodes_never_overcommitted(
     wait_for(
         "all running",
         lambda: all(
-            (read_pod(core, NS, n) or {}).get("status", {}).get("phase") == "Running" for n in now
+            (ss.read_pod(core, NS, n) or {}).get("status", {}).get("phase") == "Running"
+            for n in now
         ),
     )
     assert not overcommitted(core, ("nvidia.com/gpu",))
@@ -361,20 +351,20 @@ def test_gpu_pods_only_on_gpu_nodes_never_overcommitted(
 def test_unschedulable_pod_bound_once_a_fitting_node_appears(
     env: SchedEnv, core: client.CoreV1Api
 ) -> None:
-    node = saved_node(core, "late-0")
+    node = ss.saved_node(core, "late-0")
     nodes = env.sched.state()["nodes"]
     core.delete_node("late-0")
     try:
         wait_for("node removed", lambda: env.sched.state()["nodes"] == nodes - 1)
-        create_pod(core, NS, pod("waits", None, cpu="12"))
+        ss.create_pod(core, NS, ss.pod("waits", None, cpu="12"))
 
-        ev = wait_for("FailedScheduling", failed_scheduling_event(core, NS, "waits"), timeout=20)
+        ev = wait_for("FailedScheduling", ss.failed_scheduling_event(core, NS, "waits"), timeout=20)
         assert "Insufficient cpu" in ev.message
-        assert bound_node(core, NS, "waits") is None
+        assert ss.bound_node(core, NS, "waits") is None
     finally:
-        recreate_node(core, node)
-    assert wait_bound(core, NS, "waits", timeout=20) == "late-0"
-    wait_running(core, NS, "waits")
+        ss.recreate_node(core, node)
+    assert ss.wait_bound(core, NS, "waits", timeout=20) == "late-0"
+    ss.wait_running(core, NS, "waits")
     assert_no_drift(env.sched)
 
 
@@ -393,7 +383,7 @@ def test_kill_9_with_binds_in_flight_then_restart(env: SchedEnv, core: client.Co
     slow.start()
     try:
         for i in range(80):
-            create_pod(core, NS, pod(f"k{i}", "knine", cpu="250m", scheduler=name))
+            ss.create_pod(core, NS, ss.pod(f"k{i}", "knine", cpu="250m", scheduler=name))
 
         def bound() -> list[dict[str, Any]]:
             return [
@@ -454,25 +444,27 @@ def test_hostile_quantities_neither_stop_the_scheduler_nor_fit(
     OutOfmemory, instead of counting it as 0); the scheduler stays up, restarts with them
     present, binds the next good pod, and its state matches a fresh LIST."""
     for name, resources in HOSTILE:
-        body = pod(name, "hostile", cpu=None)
+        body = ss.pod(name, "hostile", cpu=None)
         body["spec"]["containers"][0]["resources"] = resources
-        create_pod(core, NS, body)
-    bound = pod("bound-1e20", None, cpu=None, memory="1e20")
+        ss.create_pod(core, NS, body)
+    bound = ss.pod("bound-1e20", None, cpu=None, memory="1e20")
     bound["spec"]["nodeName"] = "hostile-0"
-    create_pod(core, NS, bound)
-    stored = read_pod(core, NS, "mem-1e20")
+    ss.create_pod(core, NS, bound)
+    stored = ss.read_pod(core, NS, "mem-1e20")
     assert stored is not None
     assert stored["spec"]["containers"][0]["resources"]["requests"]["memory"] == "100e18"
 
     for name, resources in HOSTILE:
-        event = wait_for(f"{name} FailedScheduling", failed_scheduling_event(core, NS, name), 30)
+        event = wait_for(f"{name} FailedScheduling", ss.failed_scheduling_event(core, NS, name), 30)
         resource = next(iter(next(iter(resources.values()))))
         assert f"Insufficient {resource}" in event.message, (name, event.message)
-        assert bound_node(core, NS, name) is None
+        assert ss.bound_node(core, NS, name) is None
     rejected_pod = wait_for(
         "bound-1e20 rejected",
         lambda: (
-            (p := read_pod(core, NS, "bound-1e20")) and (p.get("status") or {}).get("reason") and p
+            (p := ss.read_pod(core, NS, "bound-1e20"))
+            and (p.get("status") or {}).get("reason")
+            and p
         ),
         30,
     )
@@ -482,8 +474,8 @@ def test_hostile_quantities_neither_stop_the_scheduler_nor_fit(
 
     env.sched.stop()
     env.sched.start()  # starts with them all present (it could not before the fix)
-    create_pod(core, NS, pod("after-hostile", "twin"))
-    wait_bound(core, NS, "after-hostile")
+    ss.create_pod(core, NS, ss.pod("after-hostile", "twin"))
+    ss.wait_bound(core, NS, "after-hostile")
     assert env.sched.running()
     assert_no_drift(env.sched)
 
@@ -497,10 +489,10 @@ def test_a_module_leaving_things_on_the_shared_control_plane_fails(
     with (
         pytest.raises(AssertionError) as left,
         running_env(
-            sim_binaries, tmp_path, [group("leak", 1)], ("leak",), shared=sched_control_plane
+            sim_binaries, tmp_path, [ss.group("leak", 1)], ("leak",), shared=sched_control_plane
         ) as leaky,
     ):
-        create_pod(leaky.core, "leak", pod("stays", "leak", scheduler="nobody"))
+        ss.create_pod(leaky.core, "leak", ss.pod("stays", "leak", scheduler="nobody"))
         extra = client.V1ObjectMeta(name="leak-extra")
         leaky.core.create_namespace(client.V1Namespace(metadata=extra))
     assert "pod leak/stays" in str(left.value) and "namespace leak-extra" in str(left.value)

@@ -30,16 +30,7 @@ from decice_scheduler.gang.podgroup import (
     LABEL_GROUP,
     PODGROUP_LABEL,
 )
-from tests.integration.schedsupport import (
-    bound_node,
-    create_pod,
-    failed_scheduling_event,
-    group,
-    pod,
-    raw_json,
-    recreate_node,
-    saved_node,
-)
+from tests.integration import schedsupport as ss
 from tests.integration.simsupport import (
     SchedulerProc,
     create_namespace,
@@ -53,13 +44,13 @@ pytestmark = pytest.mark.scheduler
 NS = "gang"
 NAME = "decice-gang"
 GROUPS = [
-    group("gfour", 4, cpu="1"),
-    group("gto", 3, cpu="1"),
-    group("gtwo", 5, cpu="1"),
-    group("gdel", 3, cpu="1"),
-    group("gkill", 6, cpu="1"),
-    group("gpg", 2, cpu="1"),
-    group("gmix", 6, cpu="8"),
+    ss.group("gfour", 4, cpu="1"),
+    ss.group("gto", 3, cpu="1"),
+    ss.group("gtwo", 5, cpu="1"),
+    ss.group("gdel", 3, cpu="1"),
+    ss.group("gkill", 6, cpu="1"),
+    ss.group("gpg", 2, cpu="1"),
+    ss.group("gmix", 6, cpu="8"),
 ]
 CPU = "600m"  # one member per 1-cpu node
 
@@ -189,7 +180,7 @@ def member(
         ANNOTATION_MIN_MEMBER: str(min_member),
         ANNOTATION_TIMEOUT: str(timeout),
     }
-    body = pod(
+    body = ss.pod(
         name,
         grp,
         cpu=CPU,
@@ -202,7 +193,7 @@ def member(
 
 
 def pods_json(core: client.CoreV1Api) -> list[dict[str, Any]]:
-    return list(raw_json(core.list_namespaced_pod(NS, _preload_content=False))["items"])
+    return list(ss.raw_json(core.list_namespaced_pod(NS, _preload_content=False))["items"])
 
 
 def bound(core: client.CoreV1Api, prefix: str) -> dict[str, str]:
@@ -271,17 +262,17 @@ def test_crd_absent_is_one_log_line_and_the_label_form_works(sched: SchedulerPro
 def test_group_of_four_with_room_for_three_binds_none_until_a_node_is_added(
     sched: SchedulerProc, core: client.CoreV1Api
 ) -> None:
-    node = saved_node(core, "gfour-3")
+    node = ss.saved_node(core, "gfour-3")
     nodes = sched.state()["nodes"]
     core.delete_node("gfour-3")
     try:
         wait_for("node gone", lambda: sched.state()["nodes"] == nodes - 1)
         for i in range(4):
-            create_pod(core, NS, member(f"four-{i}", "gfour", 4))
+            ss.create_pod(core, NS, member(f"four-{i}", "gfour", 4))
         # created one by one: the first three fit and are reserved; the fourth does not fit
         # (and tells why), which releases the three at once: a group holds room only while
         # every pending member fits (#33: partial holds starved other pods until timeout)
-        ev = wait_for("FailedScheduling", failed_scheduling_event(core, NS, "four-3"), 20)
+        ev = wait_for("FailedScheduling", ss.failed_scheduling_event(core, NS, "four-3"), 20)
         # the trial that finds four-3 not fitting may hold one or more members (their
         # creation races the loop): whatever it reserved before is released
         assert re.search(rf"pod group {NS}/gfour: \d of \d waiting members fit", ev.message)
@@ -290,7 +281,7 @@ def test_group_of_four_with_room_for_three_binds_none_until_a_node_is_added(
         assert stays(lambda: not bound(core, "four-"), 2.0)
         assert group_state(sched, "gfour")["state"] == "waiting"
     finally:
-        recreate_node(core, node)
+        ss.recreate_node(core, node)
     wait_for("all 4 bound", lambda: len(bound(core, "four-")) == 4, 20)
     assert sorted(bound(core, "four-").values()) == [f"gfour-{i}" for i in range(4)]
     wait_for("placed", lambda: group_state(sched, "gfour").get("state") == "placed")
@@ -304,16 +295,16 @@ def test_timeout_releases_reservations_and_requeues_with_an_event(
     back in the queue, a FailedScheduling event names the group; the third member
     arrives and the group is placed."""
     for i in range(2):
-        create_pod(core, NS, member(f"to-{i}", "gto", 3, timeout=3))
+        ss.create_pod(core, NS, member(f"to-{i}", "gto", 3, timeout=3))
     wait_for("reserved", lambda: len(group_state(sched, "gto").get("reserved", [])) == 2, 10)
     assert not bound(core, "to-")
-    ev = wait_for("timeout event", failed_scheduling_event(core, NS, "to-0"), 20)
+    ev = wait_for("timeout event", ss.failed_scheduling_event(core, NS, "to-0"), 20)
     assert f"pod group {NS}/gto timed out after 3 s" in ev.message
     got = group_state(sched, "gto")
     assert got["timeouts"] >= 1 and got["pending"] + len(got["reserved"]) == 2
     assert sched.metrics()["decice_scheduler_gang_timeouts_total"] >= 1
     assert not bound(core, "to-")
-    create_pod(core, NS, member("to-2", "gto", 3, timeout=3))
+    ss.create_pod(core, NS, member("to-2", "gto", 3, timeout=3))
     wait_for("all 3 bound", lambda: len(bound(core, "to-")) == 3, 20)
 
 
@@ -324,8 +315,8 @@ def test_two_groups_needing_sixty_percent_exactly_one_placed_never_partial(
     watched; exactly one group bound whole, none of the other, which waits."""
     with BindWatch(core) as binds:
         for i in range(3):
-            create_pod(core, NS, member(f"two-a{i}", "gtwo", 3, timeout=3, gang="gtwo-a"))
-            create_pod(core, NS, member(f"two-b{i}", "gtwo", 3, timeout=3, gang="gtwo-b"))
+            ss.create_pod(core, NS, member(f"two-a{i}", "gtwo", 3, timeout=3, gang="gtwo-a"))
+            ss.create_pod(core, NS, member(f"two-b{i}", "gtwo", 3, timeout=3, gang="gtwo-b"))
         wait_for("one group bound", lambda: len(bound(core, "two-")) >= 3, 20)
         time.sleep(5.0)  # past the loser's timeout and a retry
     winners = {name[4] for name, _ in binds.binds}
@@ -341,7 +332,7 @@ def test_member_deleted_while_reserved_releases_its_reservation(
     sched: SchedulerProc, core: client.CoreV1Api
 ) -> None:
     for i in range(2):
-        create_pod(core, NS, member(f"del-{i}", "gdel", 3))
+        ss.create_pod(core, NS, member(f"del-{i}", "gdel", 3))
     wait_for("reserved", lambda: len(group_state(sched, "gdel").get("reserved", [])) == 2, 10)
     before = sched.state()["assumed"]
     core.delete_namespaced_pod("del-1", NS, grace_period_seconds=0)
@@ -349,7 +340,7 @@ def test_member_deleted_while_reserved_releases_its_reservation(
     assert sched.state()["assumed"] == before - 1
     assert not bound(core, "del-")
     for name in ("del-2", "del-3"):
-        create_pod(core, NS, member(name, "gdel", 3))
+        ss.create_pod(core, NS, member(name, "gdel", 3))
     wait_for("3 bound", lambda: len(bound(core, "del-")) == 3, 20)
 
 
@@ -369,7 +360,7 @@ def test_kill_9_between_the_binds_of_a_group_then_restart_completes_it(
     slow.start()
     try:
         for i in range(6):
-            create_pod(core, NS, member(f"kill-{i}", "gkill", 6, sched_name=name))
+            ss.create_pod(core, NS, member(f"kill-{i}", "gkill", 6, sched_name=name))
         wait_for("first bind", lambda: bound(core, "kill-"), 20, every=0.05)
         assert slow.proc is not None
         slow.proc.send_signal(signal.SIGKILL)
@@ -399,7 +390,7 @@ def test_podgroup_crd_form(sched: SchedulerProc, core: client.CoreV1Api) -> None
     try:
 
         def established() -> bool:
-            crd = raw_json(ext.read_custom_resource_definition(CRD_NAME, _preload_content=False))
+            crd = ss.raw_json(ext.read_custom_resource_definition(CRD_NAME, _preload_content=False))
             return any(
                 c["type"] == "Established" and c["status"] == "True"
                 for c in (crd.get("status") or {}).get("conditions") or ()
@@ -411,8 +402,8 @@ def test_podgroup_crd_form(sched: SchedulerProc, core: client.CoreV1Api) -> None
         on = "PodGroup form of gang placement is on"
         wait_for("PodGroup form on", lambda: on in sched.log.read_text(), 10)
         assert sched.state()["gangs"]["podgroup_crd"] is True
-        create_pod(core, NS, member("pg-0", "gpg", 0, podgroup="job"))
-        ev = wait_for("not found", failed_scheduling_event(core, NS, "pg-0"), 20)
+        ss.create_pod(core, NS, member("pg-0", "gpg", 0, podgroup="job"))
+        ev = wait_for("not found", ss.failed_scheduling_event(core, NS, "pg-0"), 20)
         assert f"pod group {NS}/job: PodGroup not found" in ev.message
         custom.create_namespaced_custom_object(
             "scheduling.x-k8s.io",
@@ -431,17 +422,17 @@ def test_podgroup_crd_form(sched: SchedulerProc, core: client.CoreV1Api) -> None
         assert got["form"] == "podgroup" and got["min_member"] == 2
         assert got["timeout_seconds"] == 30
         assert not bound(core, "pg-")
-        create_pod(core, NS, member("pg-1", "gpg", 0, podgroup="job"))
+        ss.create_pod(core, NS, member("pg-1", "gpg", 0, podgroup="job"))
         wait_for("both bound", lambda: len(bound(core, "pg-")) == 2, 20)
     finally:
         ext.delete_custom_resource_definition(CRD_NAME)
 
         def crd_gone() -> bool:
-            items = raw_json(ext.list_custom_resource_definition(_preload_content=False))
+            items = ss.raw_json(ext.list_custom_resource_definition(_preload_content=False))
             return all(c["metadata"]["name"] != CRD_NAME for c in items["items"])
 
         wait_for("CRD gone", crd_gone, 60)
-    assert bound_node(core, NS, "pg-0")
+    assert ss.bound_node(core, NS, "pg-0")
 
 
 # ---------------------------------------------------------------- liveness (#33)
@@ -461,7 +452,7 @@ def _free_room(core: client.CoreV1Api, prefix: str) -> dict[str, int]:
         for n in core.list_node().items
         if n.metadata.name.startswith(prefix)
     }
-    for p in raw_json(core.list_pod_for_all_namespaces(_preload_content=False))["items"]:
+    for p in ss.raw_json(core.list_pod_for_all_namespaces(_preload_content=False))["items"]:
         node = p["spec"].get("nodeName")
         if node in free and p.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
             for c in p["spec"]["containers"]:
@@ -500,15 +491,17 @@ def test_a_mixed_workload_settles_with_nothing_left_waiting_that_fits(
         for i in range(size):
             body = member(f"{name}-{i}", "gmix", size, timeout=600, gang=name)
             body["spec"]["containers"][0]["resources"]["requests"]["cpu"] = cpu
-            create_pod(core, NS, body)
+            ss.create_pod(core, NS, body)
             created[name].append(f"{name}-{i}")
 
     for r in range(4):
         make_group(f"mix{r}a")
         make_group(f"mix{r}b")
         for i in range(3):
-            create_pod(
-                core, NS, pod(f"plain{r}-{i}", "gmix", cpu=rng.choice(["1", "2"]), scheduler=NAME)
+            ss.create_pod(
+                core,
+                NS,
+                ss.pod(f"plain{r}-{i}", "gmix", cpu=rng.choice(["1", "2"]), scheduler=NAME),
             )
         time.sleep(1.0)
         placed = [

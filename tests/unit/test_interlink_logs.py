@@ -99,17 +99,19 @@ def test_log_options_are_checked():
 NOW = "2026-01-01T00:00:09Z"
 
 
-@pytest.mark.parametrize(
-    ("state", "reason", "says"),
-    [
-        ("TIMEOUT", "DeadlineExceeded", "reached its time limit"),
-        ("OUT_OF_MEMORY", "OOMKilled", "ran out of memory"),
-        ("NODE_FAIL", "NodeFail", "lost its node"),
-        ("PREEMPTED", "Preempted", "preempted"),
-        ("CANCELLED", "Cancelled", "cancelled outside the plugin"),
-    ],
-)
-def test_slurms_verdict_replaces_a_killed_exit(tmp_path: Path, state, reason, says):
+# SLURM's verdict on a job whose container was killed -> (the reason, what the message says)
+VERDICTS = {
+    "TIMEOUT": ("DeadlineExceeded", "reached its time limit"),
+    "OUT_OF_MEMORY": ("OOMKilled", "ran out of memory"),
+    "NODE_FAIL": ("NodeFail", "lost its node"),
+    "PREEMPTED": ("Preempted", "preempted"),
+    "CANCELLED": ("Cancelled", "cancelled outside the plugin"),
+}
+
+
+@pytest.mark.parametrize("state", VERDICTS)
+def test_slurms_verdict_replaces_a_killed_exit(tmp_path: Path, state: str):
+    reason, says = VERDICTS[state]
     (tmp_path / "a.started").write_text("2026-01-01T00:00:01Z\n")
     (tmp_path / "a.exit").write_text("143 2026-01-01T00:00:05Z Killed\n")
     ended = JobView("7", Job("7", state, "None", "decice-x", "/d"))

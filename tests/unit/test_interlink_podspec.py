@@ -114,21 +114,21 @@ def test_annotations():
 
 
 @pytest.mark.parametrize(
-    ("key", "value", "message"),
+    ("annotations", "message"),
     [
-        ("slurm-job.vk.io/time", "tomorrow", "slurm-job.vk.io/time"),
-        ("slurm-job.vk.io/partition", "a b", "slurm-job.vk.io/partition"),
-        ("slurm-job.vk.io/account", "x;rm", "slurm-job.vk.io/account"),
-        ("slurm-job.vk.io/flags", "--job-name=x", "--job-name is set by the plugin"),
-        ("slurm-job.vk.io/flags", "-o /tmp/x", r"-o \(--output\) is set by the plugin"),
-        ("slurm-job.vk.io/flags", "qos", "not an sbatch option"),
-        ("slurm-job.vk.io/flags", "--comment='a b'", "blank, quote"),
-        ("slurm-job.vk.io/flags", "--x\nrm -rf /", "not valid"),
+        ({"slurm-job.vk.io/time": "tomorrow"}, "slurm-job.vk.io/time"),
+        ({"slurm-job.vk.io/partition": "a b"}, "slurm-job.vk.io/partition"),
+        ({"slurm-job.vk.io/account": "x;rm"}, "slurm-job.vk.io/account"),
+        ({"slurm-job.vk.io/flags": "--job-name=x"}, "--job-name is set by the plugin"),
+        ({"slurm-job.vk.io/flags": "-o /tmp/x"}, r"-o \(--output\) is set by the plugin"),
+        ({"slurm-job.vk.io/flags": "qos"}, "not an sbatch option"),
+        ({"slurm-job.vk.io/flags": "--comment='a b'"}, "blank, quote"),
+        ({"slurm-job.vk.io/flags": "--x\nrm -rf /"}, "not valid"),
     ],
 )
-def test_bad_annotations_are_refused(key, value, message):
+def test_bad_annotations_are_refused(annotations: dict[str, str], message: str):
     with pytest.raises(Unrunnable, match=message):
-        parse_pod(request({"containers": [c()]}, {key: value}))
+        parse_pod(request({"containers": [c()]}, annotations))
 
 
 def test_flags_pair_values_with_their_option():
