@@ -44,11 +44,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 def copy_plugin(app: Path) -> None:
     """Into ``app``, what decice-interlink-slurm runs from on a node with
-    ``PYTHONPATH=app``: ``decice/__init__.py``, ``decice/interlink`` and the Kubernetes
-    library ``decice_kube`` (the plugin imports nothing else: test_interlink_jobscript)."""
+    ``PYTHONPATH=app``: ``decice/__init__.py``, ``decice/command.py``, ``decice/interlink``
+    and the Kubernetes library ``decice_kube`` (the plugin imports nothing else:
+    test_interlink_jobscript)."""
     skip = shutil.ignore_patterns("__pycache__")
     (app / "decice").mkdir(parents=True)
-    shutil.copy2(REPO / "cli/decice/__init__.py", app / "decice/__init__.py")
+    for module in ("__init__.py", "command.py"):
+        shutil.copy2(REPO / "cli/decice" / module, app / "decice" / module)
     shutil.copytree(REPO / "cli/decice/interlink", app / "decice/interlink", ignore=skip)
     shutil.copytree(REPO / "kube/decice_kube", app / "decice_kube", ignore=skip)
 
