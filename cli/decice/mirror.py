@@ -233,6 +233,12 @@ def download(
     is never followed), removed on every error and on SIGINT/SIGTERM; a full disk is a
     :class:`MirrorError` naming ``dest``.
     """
+    local = local_path(source)
+    if local is None:
+        # imported before the temp file exists: a signal that lands in an import surfaces
+        # as an ImportError, not as the interrupt it was
+        from decice_kube import web
+
     digest = hashlib.sha256()
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
@@ -240,14 +246,11 @@ def download(
     deadline = time.monotonic() + total_timeout
     try:
         with os.fdopen(fd, "wb") as out:
-            local = local_path(source)
             if local is not None:
                 with _open_regular(local) as handle:
                     pieces = iter(lambda: handle.read1(CHUNK), b"")
                     _copy(pieces, out, digest, source, dest, max_bytes, deadline)
             else:
-                from decice_kube import web
-
                 try:
                     with web.stream(source, timeout=timeout) as pieces:
                         _copy(pieces, out, digest, source, dest, max_bytes, deadline)

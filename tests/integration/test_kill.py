@@ -11,7 +11,7 @@ same end state an uninterrupted `up` has.
 
 Kill points: a random delay after the run record shows the phase running (decice saves
 the record at every phase start) or, for `addons`, after helm started; for the host
-phases, 10-60 % of the phase's length in an uninterrupted run measured first. The delays
+phases, 10-35 % of the phase's length in an uninterrupted run measured first. The delays
 come from one seed, printed and named in every assertion; DECICE_KILL_SEED=<n> replays it.
 
 - this machine as a static host (connection local, prepare kept harmless as in
@@ -321,11 +321,12 @@ def test_up_killed_in_each_host_phase_recovers(tmp_path: Path, seed: int) -> Non
     previous: Killed | None = None
     taken = b""
     # each kill point lies well inside its phase, whatever the machine's speed (the same
-    # code ran 2x faster on one session's machine than on another's): from 10 % to 60 %
-    # of the phase's length in an uninterrupted run of the same spec, measured first
+    # code ran 2x faster on one session's machine than on another's): from 10 % to 35 %
+    # of the phase's length in an uninterrupted run of the same spec, measured first (on a
+    # machine whose load changes, a phase once ran in under 60 % of its measured length)
     lengths = _phase_seconds(tmp_path / "measure", up)
     for phase in ("preflight", "baseline", "prepare"):
-        window = (max(0.2, 0.1 * lengths[phase]), max(0.3, 0.6 * lengths[phase]))
+        window = (max(0.2, 0.1 * lengths[phase]), max(0.3, 0.35 * lengths[phase]))
         killed = _kill_during(tmp_path, up, phase, window, rng, seed)
         _check_killed(tmp_path, killed)
         if previous is not None:
