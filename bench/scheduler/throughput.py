@@ -368,7 +368,9 @@ def start(
         if profile is not None:
             spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
             out = profile / f"decice-{int(time.time())}.speedscope.json"
-            argv = [spy, "record", "-r", "250", "-f", "speedscope", "-o", str(out), "--", *argv]
+            # --subprocesses: the event writer process too
+            record = ["record", "-r", "250", "--subprocesses", "-f", "speedscope", "-o", str(out)]
+            argv = [spy, *record, "--", *argv]
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
     kc = data / "scheduler.kubeconfig"
     argv = [
