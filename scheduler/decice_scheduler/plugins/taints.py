@@ -57,9 +57,19 @@ class TaintTolerationScore(ScorePlugin):
             scores[name] = MAX_SCORE if worst == 0 else MAX_SCORE * (worst - count) // worst
 
     def score_nodes(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[int]:
+        return self.scores_from_counts(pod, self.counts(pod, nodes))
+
+    def counts(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[int]:
+        """The raw score of each node (its untolerated PreferNoSchedule taints): one
+        node's does not depend on the others'."""
         score = self.score
-        counts = [score(pod, n) if n.taints else 0 for n in nodes]
+        return [score(pod, n) if n.taints else 0 for n in nodes]
+
+    def scores_from_counts(self, pod: PodInfo, counts: Sequence[int]) -> list[int]:
+        """The normalised scores of nodes with these raw scores (``counts``, in order)."""
+        del pod
         worst = max(counts, default=0)
         if worst == 0:
             return [MAX_SCORE] * len(counts)
-        return [MAX_SCORE * (worst - count) // worst for count in counts]
+        score = {count: MAX_SCORE * (worst - count) // worst for count in set(counts)}
+        return list(map(score.__getitem__, counts))
