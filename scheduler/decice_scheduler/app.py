@@ -79,8 +79,11 @@ class Scheduler:
         self.queue = SchedulingQueue(max_backoff=options.max_backoff)
         # per pod shape: filter and score results per node, updated by node changes
         self.shapes = ShapeCache(profile)
+        # every request over lean HTTP/1.1 (no httpx: see decice_kube.client)
         self.client = Client(
-            load_kubeconfig(options.kubeconfig), user_agent=f"{options.scheduler_name}/decice"
+            load_kubeconfig(options.kubeconfig),
+            user_agent=f"{options.scheduler_name}/decice",
+            http1_only=True,
         )
         self.sync = Sync(
             self.client,

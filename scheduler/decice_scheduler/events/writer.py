@@ -52,7 +52,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import decice_kube
 import decice_scheduler
@@ -66,7 +66,9 @@ from decice_scheduler.events.recorder import (
     failed_record,
     scheduled_record,
 )
-from decice_scheduler.metrics import Metrics
+
+if TYPE_CHECKING:  # the writer process does not import the metrics (prometheus_client)
+    from decice_scheduler.metrics import Metrics
 
 __all__ = ["QUEUE_SIZE", "Events", "WriterSettings", "main"]
 
@@ -305,7 +307,9 @@ async def serve(sock: socket.socket) -> int:
     settings = WriterSettings(**json.loads(first))
     _configure_logging(settings.log_level)
     writer = EventWriter(
-        lambda: Client(load_kubeconfig(settings.kubeconfig), user_agent=settings.user_agent),
+        lambda: Client(
+            load_kubeconfig(settings.kubeconfig), user_agent=settings.user_agent, http1_only=True
+        ),
         settings.controller,
         qps=settings.qps,
         burst=settings.burst,
