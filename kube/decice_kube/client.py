@@ -452,16 +452,25 @@ class Client:
 
     # ------------------------------------------------------------ requests
 
-    async def post(self, path: str, body: Any) -> Response:
-        """A small JSON POST on the hot path (bindings): the lean HTTP/1.1 pool when there
-        is one, else ``request``. Same contract as ``request`` without ``ok_status``."""
+    async def post(self, path: str, body: Any, *, success_body: bool = True) -> Response:
+        """A small JSON POST on the hot path (bindings, events): the lean HTTP/1.1 pool
+        when there is one, else ``request``. Same contract as ``request`` without
+        ``ok_status``; ``success_body`` False: a 2xx reply's body is not decoded (None),
+        for callers that only read the body of a failure."""
         if self._fast is None:
             return await self.request("POST", path, body=body)
+        payload = json.dumps(body, separators=(",", ":")).encode()
         try:
-            status, data = await self._fast_pool().request_json("POST", path, body)
+            status, raw = await self._fast_pool().request("POST", path, payload)
         except (OSError, ValueError, TimeoutError) as exc:
             raise ApiError("POST", path, 0, repr(exc)) from exc
         self.requests += 1
+        if not success_body and 200 <= status < 300:
+            return Response(status, None)
+        try:
+            data = json.loads(raw) if raw else None
+        except ValueError:
+            data = None
         return Response(status, data)
 
     async def request(

@@ -117,7 +117,7 @@ class Binder:
                 return
             started = time.monotonic()
             try:
-                status, reply = await self.client.post(path, body)
+                status, reply = await self.client.post(path, body, success_body=False)
             except ApiError as exc:
                 status, reply = 0, {"message": str(exc)}
             except asyncio.CancelledError:

@@ -74,7 +74,9 @@ __all__ = ["QUEUE_SIZE", "Events", "WriterSettings", "main"]
 
 log = logging.getLogger("decice_scheduler.events")
 
-FLUSH_DELAY = 0.01  # records are sent this long after the first of a batch (a send each)
+# records are sent this long after the first of a batch, in one send (each is a system
+# call on both sides, and wakes the writer)
+FLUSH_DELAY = 0.05
 BATCH = 256  # records per line
 STATUS_EVERY = 0.05  # the writer reports its counts at most this often
 EXIT_GRACE = 2.0  # after the drain time: how long the writer has to exit
@@ -173,10 +175,12 @@ class Events:
             return
         records = list(self._buffer)
         self._buffer.clear()
+        lines = []
         if self.binding is not None:
-            pipe.write(json.dumps({"binding": self.binding()}).encode() + b"\n")
+            lines.append(json.dumps({"binding": self.binding()}))
         for i in range(0, len(records), BATCH):
-            pipe.write(json.dumps(records[i : i + BATCH]).encode() + b"\n")
+            lines.append(json.dumps(records[i : i + BATCH]))
+        pipe.write(("\n".join(lines) + "\n").encode())
         self._sent += len(records)
 
     # ------------------------------------------------------------ process
