@@ -7,6 +7,10 @@ nodes that changed since the shape was last used (a changed node is a new ``Node
 object in the snapshot; usually one per cycle, the node the previous pod was assumed
 on). A cycle then finds its feasible nodes and their totals with a few passes over
 those per-position lists instead of calling every filter and score plugin per node.
+A plugin that normalises over the feasible nodes (GpuAware, TaintTolerationScore) gives
+each node a score from its own raw value and the largest raw value among the feasible
+nodes only; so the total of every position is kept per tuple of those maxima (usually
+one tuple per shape), and a cycle reads its feasible nodes' totals from that column.
 
 The decision is exactly ``schedule_one``'s (tests/unit/test_scheduler_perf_equivalence.py
 checks it against the plain per-node loop): the same nodes are looked at in the same
@@ -50,12 +54,13 @@ __all__ = ["MAX_SHAPES", "ShapeCache"]
 
 MAX_SHAPES = 32  # shapes kept (the least recently used goes first)
 MAX_SEEN = 4096  # shapes seen once, remembered until a second sighting builds a table
+MAX_COLUMNS = 8  # per shape: columns of totals kept (one per tuple of window maxima)
 
 # a score plugin's raw value per node (independent of the other nodes), and the
-# normalised scores of a cycle's feasible nodes from their raw values (None: the raw
-# value is the score)
+# normalised scores of nodes from their raw values and the largest raw value among a
+# cycle's feasible nodes (None: the raw value is the score)
 _Raw = Callable[[PodInfo, Sequence[NodeInfo]], list[int]]
-_Normalise = Callable[[PodInfo, Sequence[int]], list[int]]
+_Normalise = Callable[[PodInfo, Sequence[int], int], list[int]]
 _NODE_LOCAL = (LeastAllocated, MostAllocated, HybridPlacement)
 _WINDOWED = (GpuAware, TaintTolerationScore)
 
@@ -78,6 +83,9 @@ class _Shape:
     fit: list[bool] = field(default_factory=list)  # every filter passes
     fixed: list[int] = field(default_factory=list)  # weighted sum of node-local scores
     raw: list[list[int]] = field(default_factory=list)  # per windowed plugin
+    # the weighted total score of every position, per tuple of the windowed plugins'
+    # maxima (positions outside a window may hold anything: never read)
+    totals: dict[tuple[int, ...], list[int]] = field(default_factory=dict)
 
 
 class ShapeCache:
@@ -163,18 +171,34 @@ class ShapeCache:
             return None  # unschedulable: the full scan gives the reasons
         evaluated = (window[-1] - start) % total + 1 if count == target else total
         next_start = (start + evaluated) % total
-        names = list(map(shape.names.__getitem__, window))
+        name = shape.names.__getitem__
         if count == 1 or not profile.scores:
-            return Decision(min(names), 0, count, evaluated, {}, next_start)
-        totals = list(map(shape.fixed.__getitem__, window))
-        for (_, normalise, weight), raw in zip(self._windowed, shape.raw, strict=True):
-            scores = normalise(pod, list(map(raw.__getitem__, window)))
-            if weight != 1:
-                scores = list(map(mul, repeat(weight, count), scores))
-            totals = list(map(add, totals, scores))
+            return Decision(min(map(name, window)), 0, count, evaluated, {}, next_start)
+        if shape.raw:
+            maxima = tuple(max(map(raw.__getitem__, window)) for raw in shape.raw)
+            column = shape.totals.get(maxima)
+            if column is None:
+                if len(shape.totals) >= MAX_COLUMNS:
+                    shape.totals.clear()
+                column = shape.totals[maxima] = self._column(pod, shape, maxima)
+        else:
+            column = shape.fixed
+        totals = list(map(column.__getitem__, window))
         top = max(totals)
-        best = min(compress(names, map(eq, repeat(top, count), totals)))
+        best = min(map(name, compress(window, map(eq, repeat(top, count), totals))))
         return Decision(best, top, count, evaluated, {}, next_start)
+
+    def _column(self, pod: PodInfo, shape: _Shape, maxima: tuple[int, ...]) -> list[int]:
+        """The total of every position when the windowed plugins' maxima are ``maxima``."""
+        column = shape.fixed
+        for (_, normalise, weight), raw, most in zip(
+            self._windowed, shape.raw, maxima, strict=True
+        ):
+            scores = normalise(pod, raw, most)
+            if weight != 1:
+                scores = list(map(mul, repeat(weight), scores))
+            column = list(map(add, column, scores))
+        return column if column is not shape.fixed else list(column)
 
     def _refresh(self, shape: _Shape, pod: PodInfo, snapshot: Snapshot) -> None:
         """Bring ``shape`` to ``snapshot``: only the positions whose node changed, unless
@@ -196,6 +220,7 @@ class ShapeCache:
             shape.fit = [False] * count
             shape.fixed = [0] * count
             shape.raw = [[0] * count for _ in self._windowed]
+            shape.totals.clear()
         shape.nodes = nodes
         shape.snapshot = snapshot
         if not changed:
@@ -214,6 +239,14 @@ class ShapeCache:
             shape.fixed[pos] = fixed[i]
             for column, values in zip(shape.raw, columns, strict=True):
                 column[pos] = values[i]
+        for maxima, totals in shape.totals.items():
+            for i, pos in enumerate(changed):
+                total = fixed[i]
+                for (_, normalise, weight), values, most in zip(
+                    self._windowed, columns, maxima, strict=True
+                ):
+                    total += weight * normalise(pod, [values[i]], most)[0]
+                totals[pos] = total
 
 
 def _fits(pod: PodInfo, profile: Profile, nodes: Sequence[NodeInfo]) -> list[bool]:

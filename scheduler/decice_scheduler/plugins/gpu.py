@@ -69,9 +69,14 @@ class GpuAware(ScorePlugin):
             for n in nodes
         ]
 
-    def scores_from_free(self, pod: PodInfo, free: Sequence[int]) -> list[int]:
-        """The normalised scores of nodes with these raw scores (``free``, in order)."""
-        top = max(free, default=0)
+    def scores_from_free(
+        self, pod: PodInfo, free: Sequence[int], top: int | None = None
+    ) -> list[int]:
+        """The normalised scores of nodes with these raw scores (``free``, in order),
+        against ``top``, the largest of them (given: a node's score depends on its own raw
+        score and ``top`` only)."""
+        if top is None:
+            top = max(free, default=0)
         if top <= 0:
             return [MAX_SCORE] * len(free)
         prefer_free = pod.request.get(self._resource) > 0 and not self._pack

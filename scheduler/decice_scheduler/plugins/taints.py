@@ -65,10 +65,15 @@ class TaintTolerationScore(ScorePlugin):
         score = self.score
         return [score(pod, n) if n.taints else 0 for n in nodes]
 
-    def scores_from_counts(self, pod: PodInfo, counts: Sequence[int]) -> list[int]:
-        """The normalised scores of nodes with these raw scores (``counts``, in order)."""
+    def scores_from_counts(
+        self, pod: PodInfo, counts: Sequence[int], worst: int | None = None
+    ) -> list[int]:
+        """The normalised scores of nodes with these raw scores (``counts``, in order),
+        against ``worst``, the largest of them (given: a node's score depends on its own
+        raw score and ``worst`` only)."""
         del pod
-        worst = max(counts, default=0)
+        if worst is None:
+            worst = max(counts, default=0)
         if worst == 0:
             return [MAX_SCORE] * len(counts)
         score = {count: MAX_SCORE * (worst - count) // worst for count in set(counts)}
