@@ -64,6 +64,7 @@ from decice_kube.client import Client  # noqa: E402
 from decice_scheduler.cache.resources import node_allocatable, pod_request  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
+SOURCES = ("scheduler", "kube")  # source trees of this checkout the scheduler runs from
 EVENTS = [True]  # --no-decice-events: decice writes no events (to see what they cost)
 DECICE_DECISION = "decice_scheduler_decision_seconds"
 DECICE_DECISION_CPU = "decice_scheduler_decision_cpu_seconds"
@@ -349,7 +350,8 @@ def start(
 ) -> subprocess.Popen[bytes]:
     log = (data / f"{which}.log").open("wb")
     if which == "decice":
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "scheduler")}
+        # this checkout's scheduler and its client library (not the ones the venv points to)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(ROOT / d) for d in SOURCES)}
         argv = scheduler_argv(
             data / "admin.kubeconfig",
             port,
@@ -366,7 +368,9 @@ def start(
         if profile is not None:
             spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
             out = profile / f"decice-{int(time.time())}.speedscope.json"
-            argv = [spy, "record", "-r", "250", "-f", "speedscope", "-o", str(out), "--", *argv]
+            # --subprocesses: the event writer process too
+            record = ["record", "-r", "250", "--subprocesses", "-f", "speedscope", "-o", str(out)]
+            argv = [spy, *record, "--", *argv]
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
     kc = data / "scheduler.kubeconfig"
     argv = [

@@ -15,7 +15,12 @@ Per client, and off by default (the scheduler's hot path wants neither):
 With both off and a kubeconfig-built config (the scheduler's own client), small POSTs
 (``post``: bindings) take a lean HTTP/1.1 pool and watches a lean HTTP/1.1 stream on a
 connection of their own (see :mod:`decice_kube.http1`): httpx's HTTP/2 costs about
-twice the CPU per watch event (``bench/scheduler/watch_cost.py``).
+twice the CPU per watch event (``bench/scheduler/watch_cost.py``). Such a client made
+with ``http1_only`` sends every request through that pool (uncompressed: no gzip work on
+either side of a loopback LIST) and never imports httpx, whose import and HTTP/2 setup
+cost a process that starts often (the scheduler, its event writer) tens of milliseconds
+of CPU; otherwise httpx is imported and its clients made at the first request that
+needs them.
 
 A kubeconfig's ``tokenFile`` (a pod's projected service-account token, which the
 kubelet rotates in place) is read again once the token read is :data:`TOKEN_REREAD_S`
@@ -42,13 +47,15 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlencode
 
-import httpx
 import yaml
 
 from decice_kube.http1 import Http1Pool
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "JSON",
@@ -164,17 +171,20 @@ class BearerToken:
         return self._value
 
 
-class _BearerAuth(httpx.Auth):
-    """httpx's per-request hook for a token that rotates."""
+def _bearer_auth(token: BearerToken) -> httpx.Auth:
+    """httpx's per-request hook for a token that rotates (httpx is imported when used)."""
+    import httpx
 
-    def __init__(self, token: BearerToken) -> None:
-        self._token = token
+    class _BearerAuth(httpx.Auth):
+        def auth_flow(
+            self, request: httpx.Request
+        ) -> Generator[httpx.Request, httpx.Response, None]:
+            value = token.get()
+            if value:
+                request.headers["Authorization"] = f"Bearer {value}"
+            yield request
 
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        value = self._token.get()
-        if value:
-            request.headers["Authorization"] = f"Bearer {value}"
-        yield request
+    return _BearerAuth()
 
 
 def load_kubeconfig(path: str | Path, context: str | None = None) -> KubeConfig:
@@ -313,7 +323,8 @@ class Client:
     """Raw-JSON requests against one API server (see the module docstring).
 
     ``transport`` replaces the network for both pools (tests); it turns the HTTP/1.1
-    pool off.
+    pool off. ``http1_only``: every request over the HTTP/1.1 pool when there is one
+    (see the module docstring).
     """
 
     def __init__(
@@ -325,6 +336,7 @@ class Client:
         max_retries: int = 0,
         max_in_flight: int | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        http1_only: bool = False,
     ) -> None:
         self.config = config
         self.max_retries = max_retries
@@ -332,27 +344,12 @@ class Client:
         self._plain = max_retries == 0 and max_in_flight is None
         headers = {"Accept": JSON, "User-Agent": user_agent or "decice-scheduler"}
         self._token = BearerToken(config.token, config.token_file)
-        auth = None
-        if config.token_file is not None:
-            auth = _BearerAuth(self._token)
-        elif config.token:
+        if config.token_file is None and config.token:
             headers["Authorization"] = f"Bearer {config.token}"
-        limits = httpx.Limits(max_connections=4, max_keepalive_connections=4)
-
-        def make() -> httpx.AsyncClient:
-            return httpx.AsyncClient(
-                base_url=config.server,
-                http2=True,
-                verify=config.ssl_context,
-                headers=headers,
-                auth=auth,
-                timeout=httpx.Timeout(timeout),
-                limits=limits,
-                transport=transport,
-            )
-
-        self._http = make()
-        self._watch_http = make()
+        self._headers = headers
+        self._timeout = timeout
+        self._transport = transport
+        self._pools: tuple[httpx.AsyncClient, httpx.AsyncClient] | None = None
         self._fast: Http1Pool | None = None
         self._fast_token = config.token
         plain_http = config.server.startswith("http://")
@@ -368,6 +365,7 @@ class Client:
                 max_connections=32,
                 timeout=timeout,
             )
+        self._lean = http1_only and self._fast is not None
         self.requests = 0  # responses received
         self.retries = 0  # attempts repeated after a 429/5xx/transport error
 
@@ -402,10 +400,43 @@ class Client:
     ) -> None:
         await self.close()
 
+    def _httpx_pools(self) -> tuple[httpx.AsyncClient, httpx.AsyncClient]:
+        """httpx's clients (short requests, watches), made at their first use."""
+        if self._pools is None:
+            import httpx
+
+            config = self.config
+            auth = _bearer_auth(self._token) if config.token_file is not None else None
+            limits = httpx.Limits(max_connections=4, max_keepalive_connections=4)
+
+            def make() -> httpx.AsyncClient:
+                return httpx.AsyncClient(
+                    base_url=config.server,
+                    http2=True,
+                    verify=config.ssl_context,
+                    headers=self._headers,
+                    auth=auth,
+                    timeout=httpx.Timeout(self._timeout),
+                    limits=limits,
+                    transport=self._transport,
+                )
+
+            self._pools = (make(), make())
+        return self._pools
+
+    @property
+    def _http(self) -> httpx.AsyncClient:
+        return self._httpx_pools()[0]
+
+    @property
+    def _watch_http(self) -> httpx.AsyncClient:
+        return self._httpx_pools()[1]
+
     async def close(self) -> None:
         """Close every connection."""
-        await self._http.aclose()
-        await self._watch_http.aclose()
+        if self._pools is not None:
+            for pool in self._pools:
+                await pool.aclose()
         if self._fast is not None:
             await self._fast.close()
 
@@ -421,16 +452,25 @@ class Client:
 
     # ------------------------------------------------------------ requests
 
-    async def post(self, path: str, body: Any) -> Response:
-        """A small JSON POST on the hot path (bindings): the lean HTTP/1.1 pool when there
-        is one, else ``request``. Same contract as ``request`` without ``ok_status``."""
+    async def post(self, path: str, body: Any, *, success_body: bool = True) -> Response:
+        """A small JSON POST on the hot path (bindings, events): the lean HTTP/1.1 pool
+        when there is one, else ``request``. Same contract as ``request`` without
+        ``ok_status``; ``success_body`` False: a 2xx reply's body is not decoded (None),
+        for callers that only read the body of a failure."""
         if self._fast is None:
             return await self.request("POST", path, body=body)
+        payload = json.dumps(body, separators=(",", ":")).encode()
         try:
-            status, data = await self._fast_pool().request_json("POST", path, body)
+            status, raw = await self._fast_pool().request("POST", path, payload)
         except (OSError, ValueError, TimeoutError) as exc:
             raise ApiError("POST", path, 0, repr(exc)) from exc
         self.requests += 1
+        if not success_body and 200 <= status < 300:
+            return Response(status, None)
+        try:
+            data = json.loads(raw) if raw else None
+        except ValueError:
+            data = None
         return Response(status, data)
 
     async def request(
@@ -451,6 +491,10 @@ class Client:
         when the client has ``max_retries``.
         """
         content = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        if self._lean:
+            return await self._request_http1(method, path, content, params, content_type, ok_status)
+        import httpx
+
         headers = {"Content-Type": content_type} if content is not None else None
         if self._plain:
             try:
@@ -471,6 +515,30 @@ class Client:
             data = None
         return Response(status, data)
 
+    async def _request_http1(
+        self,
+        method: str,
+        path: str,
+        content: bytes | None,
+        params: Params | None,
+        content_type: str,
+        ok_status: Collection[int] | None,
+    ) -> Response:
+        """``request`` over the HTTP/1.1 pool (a plain client: no retries, no bound)."""
+        target = f"{path}?{urlencode(params)}" if params else path
+        try:
+            status, raw = await self._fast_pool().request(method, target, content, content_type)
+        except (OSError, ValueError, TimeoutError) as exc:
+            raise ApiError(method, path, 0, repr(exc)) from exc
+        self.requests += 1
+        if ok_status is not None and not (200 <= status < 300 or status in ok_status):
+            raise _error(method, path, status, raw.decode(errors="replace"))
+        try:
+            data = decode(raw)
+        except ValueError:
+            data = None
+        return Response(status, data)
+
     async def _send_retrying(
         self,
         method: str,
@@ -482,6 +550,8 @@ class Client:
     ) -> httpx.Response:
         """Send, bounded by ``max_in_flight``; repeat 429/5xx/transport errors with
         jittered backoff up to ``max_retries`` times. Returns the last response."""
+        import httpx
+
         delay = 0.1
         attempt = 0
         while True:
@@ -588,6 +658,8 @@ class Client:
             async for event in self._watch_http1(path, query, read_timeout):
                 yield event
             return
+        import httpx
+
         timeout = httpx.Timeout(30.0, read=read_timeout)
         try:
             async with self._watch_http.stream("GET", path, params=query, timeout=timeout) as resp:

@@ -1,4 +1,6 @@
-"""A lean HTTP/1.1 keep-alive pool for the hot path: small JSON POSTs (pod bindings).
+"""A lean HTTP/1.1 keep-alive pool for the hot path: small JSON POSTs (pod bindings),
+and every request of a client made ``http1_only`` (a LIST's large chunked reply is
+parsed piece by piece as it arrives, each piece once).
 
 httpx over HTTP/2 costs about a millisecond of CPU per request in this process (h2
 framing, hpack, anyio cancel scopes, the connection pool's locks); a binding is a
@@ -60,7 +62,9 @@ def _head(buf: bytearray, end: int) -> tuple[int, int, bool, bool]:
 
 class _Conn(asyncio.Protocol):
     __slots__ = (
+        "_body",
         "_buf",
+        "_chunk_pos",
         "_chunked",
         "_close_after",
         "_head_end",
@@ -75,6 +79,8 @@ class _Conn(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self._buf = bytearray()
+        self._body = bytearray()  # chunked: the chunks parsed so far
+        self._chunk_pos = 0  # chunked: where in _buf the next chunk's size line starts
         self._waiter: asyncio.Future[tuple[int, bytes]] | None = None
         self._head_end = -1
         self._length = -1
@@ -118,6 +124,8 @@ class _Conn(asyncio.Protocol):
     def send(self, data: bytes, waiter: asyncio.Future[tuple[int, bytes]]) -> None:
         assert self.transport is not None
         self._buf.clear()
+        self._body = bytearray()
+        self._chunk_pos = 0
         self._head_end = -1
         self._length = -1
         self._chunked = False
@@ -153,29 +161,33 @@ class _Conn(asyncio.Protocol):
                 raise ValueError("reply without Content-Length or chunked encoding")
         start = self._head_end
         if self._chunked:
-            return self._parse_chunked(start)
+            return self._parse_chunked(max(start, self._chunk_pos))
         if len(buf) - start < self._length:
             return None
         return self._status, bytes(buf[start : start + self._length])
 
     def _parse_chunked(self, pos: int) -> tuple[int, bytes] | None:
+        """Parse on from ``pos`` (the chunks before it are in ``_body`` already: a large
+        reply arrives in many pieces, and each is parsed once)."""
         buf = self._buf
-        body = bytearray()
+        body = self._body
         while True:
+            self._chunk_pos = pos
             line_end = buf.find(b"\r\n", pos)
             if line_end < 0:
                 return None
             size = int(bytes(buf[pos:line_end]).split(b";", 1)[0].strip(), 16)
-            pos = line_end + 2
             if size == 0:
                 # trailers end with an empty line
-                if buf.find(_CRLF2, line_end) < 0 and buf[pos : pos + 2] != b"\r\n":
+                after = line_end + 2
+                if buf.find(_CRLF2, line_end) < 0 and buf[after : after + 2] != b"\r\n":
                     return None
                 return self._status, bytes(body)
-            if len(buf) < pos + size + 2:
+            start = line_end + 2
+            if len(buf) < start + size + 2:
                 return None
-            body += buf[pos : pos + size]
-            pos += size + 2
+            body += buf[start : start + size]
+            pos = start + size + 2
 
 
 class Http1Stream(asyncio.Protocol):
@@ -334,7 +346,8 @@ class Http1Stream(asyncio.Protocol):
 
 
 class Http1Pool:
-    """Keep-alive HTTP/1.1 connections to one API server for small JSON requests."""
+    """Keep-alive HTTP/1.1 connections to one API server: JSON requests, one at a time
+    per connection."""
 
     def __init__(
         self,
@@ -380,11 +393,29 @@ class Http1Pool:
     async def request_json(self, method: str, path: str, body: Any) -> tuple[int, Any]:
         """(status, decoded JSON body or None). Raises OSError/TimeoutError/ValueError."""
         payload = json.dumps(body, separators=(",", ":")).encode()
-        head = (
-            f"{method} {self._prefix}{path} HTTP/1.1\r\n{self._fixed_headers}"
-            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
-        ).encode()
-        data = head + payload
+        status, raw = await self.request(method, path, payload)
+        try:
+            decoded = json.loads(raw) if raw else None
+        except ValueError:
+            decoded = None
+        return status, decoded
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        payload: bytes | None = None,
+        content_type: str = "application/json",
+    ) -> tuple[int, bytes]:
+        """(status, body bytes) of ``method path`` (with its query) sending ``payload``
+        (None: no body). Raises OSError/TimeoutError/ValueError."""
+        head = f"{method} {self._prefix}{path} HTTP/1.1\r\n{self._fixed_headers}"
+        if payload is None:
+            data = f"{head}\r\n".encode()
+        else:
+            data = (
+                f"{head}Content-Type: {content_type}\r\nContent-Length: {len(payload)}\r\n\r\n"
+            ).encode() + payload
         for attempt in (0, 1):
             conn = await self._acquire(fresh=attempt > 0)
             reused = conn.used
@@ -400,11 +431,7 @@ class Http1Pool:
                 self._discard(conn)
                 raise
             self._release(conn)
-            try:
-                decoded = json.loads(raw) if raw else None
-            except ValueError:
-                decoded = None
-            return status, decoded
+            return status, raw
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def open_stream(self, path: str, read_timeout: float) -> Http1Stream:

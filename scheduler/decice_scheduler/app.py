@@ -36,8 +36,8 @@ from decice_scheduler.leader import LeaderElector
 from decice_scheduler.metrics import Metrics, MetricsServer
 from decice_scheduler.profile import Profile
 from decice_scheduler.queue import SchedulingQueue
-from decice_scheduler.scheduling import schedule_one
 from decice_scheduler.scores import ScorePublisher, ScoreSettings
+from decice_scheduler.shapes import ShapeCache
 
 __all__ = ["Options", "Scheduler"]
 
@@ -77,8 +77,13 @@ class Scheduler:
         self.metrics = Metrics()
         self.state = ClusterState()
         self.queue = SchedulingQueue(max_backoff=options.max_backoff)
+        # per pod shape: filter and score results per node, updated by node changes
+        self.shapes = ShapeCache(profile)
+        # every request over lean HTTP/1.1 (no httpx: see decice_kube.client)
         self.client = Client(
-            load_kubeconfig(options.kubeconfig), user_agent=f"{options.scheduler_name}/decice"
+            load_kubeconfig(options.kubeconfig),
+            user_agent=f"{options.scheduler_name}/decice",
+            http1_only=True,
         )
         self.sync = Sync(
             self.client,
@@ -287,7 +292,7 @@ class Scheduler:
 
     async def _schedule_loop(self) -> None:
         start_index = 0
-        profile = self.profile
+        decide = self.shapes.schedule
         state = self.state
         queue = self.queue
         gang = self.gang
@@ -312,7 +317,7 @@ class Scheduler:
             began_cpu = thread_time()
             try:
                 info = PodInfo.from_pod(pod)
-                decision = schedule_one(info, state.snapshot(), profile, start_index)
+                decision = decide(info, state.snapshot(), start_index)
             except Exception:
                 log.exception("scheduling %s failed", uid)
                 queue.requeue(uid)

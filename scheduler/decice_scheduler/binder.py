@@ -16,14 +16,16 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, InitVar, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from decice_kube.client import ApiError, Client
 from decice_scheduler.cache.objects import pod_key, pod_uid
-from decice_scheduler.cache.state import ClusterState
-from decice_scheduler.metrics import Metrics
-from decice_scheduler.queue import SchedulingQueue
+
+if TYPE_CHECKING:  # the event writer process imports TokenBucket only
+    from decice_scheduler.cache.state import ClusterState
+    from decice_scheduler.metrics import Metrics
+    from decice_scheduler.queue import SchedulingQueue
 
 __all__ = ["Binder", "TokenBucket"]
 
@@ -115,7 +117,7 @@ class Binder:
                 return
             started = time.monotonic()
             try:
-                status, reply = await self.client.post(path, body)
+                status, reply = await self.client.post(path, body, success_body=False)
             except ApiError as exc:
                 status, reply = 0, {"message": str(exc)}
             except asyncio.CancelledError:

@@ -25,7 +25,6 @@ import enum
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from importlib.metadata import entry_points
 from typing import Any, ClassVar, NamedTuple
 
 from decice_scheduler.cache.nodeinfo import NodeInfo
@@ -146,6 +145,9 @@ class Registry:
             return self._plugins[ref]
         if ":" in ref:
             return _checked(ref, _import_dotted(ref))
+        # importlib.metadata costs milliseconds to import: only when a plugin is looked up
+        from importlib.metadata import entry_points
+
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             if ep.name == ref:
                 cls = _checked(ref, ep.load())

@@ -116,7 +116,8 @@ class SchedulerProc:
     def start(self, wait_ready: bool = True) -> None:
         self.starts += 1
         out = self.log.open("ab")
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "scheduler")}
+        # this checkout's scheduler and its client library, whatever the venv points to
+        env = {**os.environ, "PYTHONPATH": f"{ROOT / 'scheduler'}{os.pathsep}{ROOT / 'kube'}"}
         flags = ("--audit-interval", "0", "--watch-timeout", "20", "--max-backoff", "2")
         flags += ("--debug-audit-min-interval", "0")  # tests audit back to back
         argv = scheduler_argv(

@@ -20,7 +20,15 @@ from cryptography.hazmat.primitives import serialization
 
 from decice.sim.controlplane.pki import self_signed
 from decice_kube import client as kclient
-from decice_kube.client import ApiError, Client, Gone, KubeConfig, Response, load_kubeconfig
+from decice_kube.client import (
+    MERGE_PATCH,
+    ApiError,
+    Client,
+    Gone,
+    KubeConfig,
+    Response,
+    load_kubeconfig,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -485,6 +493,76 @@ def test_from_kubeconfig_async_with_against_a_local_server(tmp_path: Path) -> No
     ]
     assert kube.requests == 2
     assert kube._http.is_closed and kube._watch_http.is_closed  # async with closed the pools
+
+
+class _Conflicts(_Api):
+    """``_Api``, answering 409 for /conflict; PATCH too."""
+
+    def _reply(self) -> None:
+        if self.path != "/conflict":
+            super()._reply()
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        self.seen.append((self.command, self.path, "", ""))
+        payload = b'{"reason":"AlreadyExists"}'
+        self.send_response(409)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = _reply
+    do_POST = _reply
+    do_PATCH = _reply
+
+
+def test_an_http1_only_client_sends_everything_over_http1_without_httpx(
+    tmp_path: Path,
+) -> None:
+    """``http1_only``: GET (with a query), POST and PATCH over the lean pool, statuses
+    checked like the httpx path; httpx's clients are never made."""
+    handler = type("Api", (_Conflicts,), {"seen": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        path = write_kubeconfig(tmp_path / "kc", {}, {"token": "s3cret"})
+        doc = yaml.safe_load(path.read_text())
+        doc["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{server.server_port}"
+        path.write_text(yaml.safe_dump(doc))
+
+        async def session() -> tuple[list[Any], Client]:
+            kube = Client(load_kubeconfig(path), user_agent="unit-test", http1_only=True)
+            async with kube:
+                got: list[Any] = [
+                    await kube.get("/api/v1/nodes", {"labelSelector": "a=b,c!=d"}),
+                    await kube.request("POST", "/api/v1/namespaces/d/events", body={"e": 1}),
+                    await kube.request(
+                        "PATCH", "/api/v1/x", body={"c": 2}, content_type=MERGE_PATCH
+                    ),
+                    await kube.request("POST", "/conflict", body={}, ok_status=(409,)),
+                ]
+                with pytest.raises(ApiError) as err:
+                    await kube.request("POST", "/conflict", body={}, ok_status=(404,))
+                got.append((err.value.status, err.value.body))
+            return got, kube
+
+        got, kube = run(session())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert got == [
+        {"path": "/api/v1/nodes?labelSelector=a%3Db%2Cc%21%3Dd"},
+        (201, {"path": "/api/v1/namespaces/d/events"}),
+        (200, {"path": "/api/v1/x"}),
+        (409, {"reason": "AlreadyExists"}),
+        (409, '{"reason":"AlreadyExists"}'),
+    ]
+    assert [seen[0] for seen in handler.seen] == ["GET", "POST", "PATCH", "POST", "POST"]
+    assert all(seen[2:] == ("Bearer s3cret", "unit-test") for seen in handler.seen[:3])
+    assert kube._pools is None  # httpx's clients were never made
+    assert kube.requests == 5
 
 
 def test_a_rotated_token_file_is_read_again_on_both_http_paths(

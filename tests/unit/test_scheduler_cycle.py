@@ -1,3 +1,4 @@
+import importlib.metadata
 from importlib.metadata import EntryPoint
 
 import pytest
@@ -91,7 +92,7 @@ def test_registry_loads_entry_points(monkeypatch):
         "reject-all", "tests.unit.test_scheduler_cycle:RejectAll", framework.ENTRY_POINT_GROUP
     )
     monkeypatch.setattr(
-        framework,
+        importlib.metadata,  # framework imports it when a name is looked up
         "entry_points",
         lambda group: [ep] if group == framework.ENTRY_POINT_GROUP else [],
     )

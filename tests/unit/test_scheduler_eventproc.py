@@ -296,7 +296,8 @@ def test_the_writer_exits_when_the_scheduler_is_killed(api: FakeApi, tmp_path: P
     parent = subprocess.Popen(
         [sys.executable, str(script), str(api.kubeconfig(tmp_path))],
         stdout=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(REPO / "scheduler")},
+        # this checkout's scheduler and client library, whatever the venv points to
+        env={**os.environ, "PYTHONPATH": f"{REPO / 'scheduler'}{os.pathsep}{REPO / 'kube'}"},
     )
     try:
         assert parent.stdout is not None

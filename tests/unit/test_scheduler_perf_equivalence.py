@@ -22,9 +22,11 @@ from decice_scheduler.cache.podinfo import PodInfo
 from decice_scheduler.cache.snapshot import Snapshot
 from decice_scheduler.cache.state import ClusterState
 from decice_scheduler.framework import MAX_SCORE, Code
+from decice_scheduler.plugins import builtin_registry
 from decice_scheduler.plugins.allocation import LeastAllocated
 from decice_scheduler.profile import Profile
 from decice_scheduler.scheduling import Decision, run_cycle, schedule_one
+from decice_scheduler.shapes import ShapeCache
 
 pytestmark = pytest.mark.unit
 
@@ -276,3 +278,76 @@ def test_incremental_snapshots_match_the_state(seed: int) -> None:
         kept = [n for n in [m.name for m in previous.nodes] if n in snap]
         assert names[: len(kept)] == kept  # old nodes keep their order, new ones go last
         previous = snap
+
+
+def shaped_pod(
+    rng: random.Random, i: int, shapes: list[dict[str, Any]], names: list[str]
+) -> dict[str, Any]:
+    """A pod of one of a few shapes (requests, tolerations, selector, annotations), so
+    that the shape cache sees each shape many times; now and then a random one."""
+    if rng.random() < 0.1:
+        return random_pod(rng, 10_000 + i, names)
+    template = rng.choice(shapes)
+    pod = make_pod(f"s{i}", uid=f"su{i}")
+    pod["spec"] = {**template["spec"]}
+    pod["metadata"] = {**pod["metadata"], "annotations": template["metadata"].get("annotations")}
+    if pod["metadata"]["annotations"] is None:
+        del pod["metadata"]["annotations"]
+    return pod
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("profile_name", sorted(PROFILES))
+def test_shape_cache_decides_like_the_reference(seed: int, profile_name: str) -> None:
+    """The per-shape tables give the reference's decisions while the cluster changes under
+    them: pods assumed, nodes updated (taints, cordons, labels), added and removed."""
+    rng = random.Random(seed * 104729 + len(profile_name))
+    profile = Profile.from_config(PROFILES[profile_name])
+    cache = ShapeCache(profile)
+    count = rng.choice([3, 40, 130, 260])
+    nodes = [random_node(rng, i) for i in range(count)]
+    names = [n["metadata"]["name"] for n in nodes]
+    shapes = [random_pod(rng, 20_000 + k, names) for k in range(4)]
+    state = ClusterState()
+    for node in nodes:
+        state.add_node(node)
+    start = cached_start = 0
+    for i in range(200):
+        raw = shaped_pod(rng, i, shapes, names)
+        info = PodInfo.from_pod(raw)
+        snap = state.snapshot()
+        expected = reference_schedule_one(info, snap, profile, start)
+        got = cache.schedule(info, snap, cached_start)
+        assert got == expected, (profile_name, seed, i)
+        start = expected.next_start_index
+        cached_start = got.next_start_index
+        if got.node is not None:
+            state.assume(raw, got.node)
+        roll = rng.random()
+        if roll < 0.05:  # a node changes
+            state.update_node(random_node(rng, rng.randrange(count)))
+        elif roll < 0.07:  # a node comes
+            state.add_node(random_node(rng, count + i))
+        elif roll < 0.09 and len(state.snapshot()) > 1:  # a node goes
+            state.remove_node(rng.choice([n.name for n in state.snapshot().nodes]))
+        elif roll < 0.15 and got.node is not None:  # a bind failed
+            state.forget(info.uid)
+    assert cache.enabled  # built-in plugins only
+    assert cache.hits > 0
+
+
+def test_shape_cache_is_off_for_plugins_it_does_not_know() -> None:
+    """A score subclass (it may override what the cache assumes) turns the cache off;
+    decisions then come from schedule_one."""
+    registry = builtin_registry()
+    registry.register(HalfLeast)
+    profile = Profile.from_config({"scores": ["HalfLeast"]}, registry)
+    cache = ShapeCache(profile)
+    assert not cache.enabled
+    state = ClusterState()
+    state.add_node(make_node("a", cpu="4"))
+    state.add_node(make_node("b", cpu="8"))
+    pod = PodInfo.from_pod(make_pod("p", requests={"cpu": "1"}))
+    for _ in range(3):
+        assert cache.schedule(pod, state.snapshot()) == schedule_one(pod, state.snapshot(), profile)
+    assert cache.hits == 0

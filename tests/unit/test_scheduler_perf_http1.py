@@ -1,6 +1,7 @@
 """The lean HTTP/1.1 pool used for bindings answers like the httpx client did:
-status and decoded JSON, keep-alive reuse, chunked replies, closed idle connections
-retried once, failures raised (the binder maps them to "transport")."""
+status and decoded JSON, keep-alive reuse, chunked replies (a large one arriving in many
+pieces, each parsed once), requests without a body, closed idle connections retried
+once, failures raised (the binder maps them to "transport")."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from decice_kube.http1 import Http1Pool
+from decice_kube.http1 import Http1Pool, _Conn
 
 pytestmark = pytest.mark.unit
 
@@ -98,6 +99,65 @@ def test_chunked_reply_and_connection_close() -> None:
         assert await pool.request_json("POST", "/a", {}) == (201, {"second": True})
         assert await pool.request_json("POST", "/a", {}) == (201, {"second": True})
         assert per_conn == [2, 1]  # the server said close: a new connection
+        await pool.close()
+        server.close()
+
+    asyncio.run(main())
+
+
+class _Sink(asyncio.Transport):
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        del data
+
+
+@pytest.mark.parametrize("piece", [1, 7, 4096, 1 << 20])
+def test_a_large_chunked_reply_in_pieces(piece: int) -> None:
+    """A LIST-sized chunked reply split anywhere (inside size lines, inside the final
+    CRLFs) gives the same body, whatever the size of the pieces it arrives in."""
+    body = json.dumps({"items": [{"n": i, "pad": "x" * (i % 50)} for i in range(3000)]})
+    data = body.encode()
+    sizes = [1, 10, 4096, 100_000]
+    out = bytearray(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    pos = 0
+    for k in range(len(data)):
+        if pos >= len(data):
+            break
+        size = min(sizes[k % len(sizes)], len(data) - pos)
+        out += f"{size:x};ext=1\r\n".encode() if k % 3 else f"{size:x}\r\n".encode()
+        out += data[pos : pos + size] + b"\r\n"
+        pos += size
+    wire = bytes(out) + b"0\r\n\r\n"
+
+    async def main() -> tuple[int, bytes]:
+        conn = _Conn()
+        conn.connection_made(_Sink())
+        waiter: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+        conn.send(b"GET / HTTP/1.1\r\n\r\n", waiter)
+        for i in range(0, len(wire), piece):
+            assert not waiter.done()
+            conn.data_received(wire[i : i + piece])
+        return await waiter
+
+    assert asyncio.run(main()) == (200, data)
+
+
+def test_a_request_without_a_body_and_a_raw_reply() -> None:
+    async def main() -> None:
+        seen: list[bytes] = []
+
+        def reply(request: bytes, n: int) -> bytes:
+            seen.append(request)
+            return ok({"n": n})
+
+        server, port, _ = await serve(reply)
+        pool = Http1Pool(f"http://127.0.0.1:{port}", None, {"Accept": "application/json"})
+        assert await pool.request("GET", "/api/v1/nodes?limit=5") == (201, b'{"n": 1}')
+        patch = await pool.request("PATCH", "/e", b'{"c":2}', "application/merge-patch+json")
+        assert patch == (201, b'{"n": 2}')
+        assert seen[0].startswith(b"GET /api/v1/nodes?limit=5 HTTP/1.1\r\n")
+        assert b"Content-Length" not in seen[0] and b"Content-Type" not in seen[0]
+        assert b"Content-Type: application/merge-patch+json\r\n" in seen[1]
+        assert seen[1].endswith(b'Content-Length: 7\r\n\r\n{"c":2}')
         await pool.close()
         server.close()
 

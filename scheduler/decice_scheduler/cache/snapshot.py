@@ -7,7 +7,9 @@ from types import MappingProxyType
 
 from decice_scheduler.cache.nodeinfo import NodeInfo
 
-__all__ = ["Snapshot"]
+__all__ = ["LOG_LIMIT", "Snapshot"]
+
+LOG_LIMIT = 4096  # derivations remembered along one line of snapshots (changed_since)
 
 
 class Snapshot:
@@ -20,7 +22,7 @@ class Snapshot:
     of a copied tuple (``_derive``), instead of copying a dict of every node.
     """
 
-    __slots__ = ("_by_name", "_index", "_with", "generation", "nodes")
+    __slots__ = ("_by_name", "_index", "_log", "_seq", "_with", "generation", "nodes")
 
     def __init__(self, by_name: dict[str, NodeInfo], generation: int) -> None:
         self._by_name: dict[str, NodeInfo] | None = by_name
@@ -29,6 +31,10 @@ class Snapshot:
         self._index: dict[str, int] = {name: i for i, name in enumerate(by_name)}
         # extended resource -> positions of the nodes that mention it (lazy)
         self._with: dict[str, list[int]] = {}
+        # the positions each derivation replaced, shared along a line of derived
+        # snapshots; this snapshot is the state after its first ``_seq`` entries
+        self._log: list[tuple[int, ...]] = []
+        self._seq = 0
 
     @classmethod
     def _derive(
@@ -37,6 +43,9 @@ class Snapshot:
         """``previous`` with some known nodes replaced (same names, same order)."""
         nodes = list(previous.nodes)
         index = previous._index
+        log = previous._log
+        if previous._seq != len(log) or len(log) >= LOG_LIMIT:
+            log = []  # not the newest of its line (a branch), or a long line: a new one
         with_ = previous._with
         if with_:
             with_ = dict(with_)
@@ -54,7 +63,23 @@ class Snapshot:
         new.nodes = tuple(nodes)
         new._index = index  # never mutated: shared
         new._with = with_  # lists never mutated: shared
+        log.append(tuple(map(index.__getitem__, changed)))
+        new._log = log
+        new._seq = len(log)
         return new
+
+    def changed_since(self, older: Snapshot) -> set[int] | None:
+        """The positions whose ``NodeInfo`` may differ between ``older`` and this snapshot
+        (a superset), when this one was derived from it (same layout); None: unknown."""
+        if older._log is not self._log or older._seq > self._seq:
+            return None
+        return set().union(*self._log[older._seq : self._seq])
+
+    @property
+    def layout(self) -> object:
+        """Which node sits where: two snapshots with the same ``layout`` object hold the
+        same names at the same positions (a derived snapshot shares it)."""
+        return self._index
 
     def positions_with(self, resource: str) -> list[int]:
         """Ascending positions of the nodes whose allocatable or requested amount of an

@@ -239,6 +239,9 @@ class EventWriter:
         last_sweep = [time.monotonic()]
 
         room = self._room
+        # while yielding, one worker at a time waits for room: a write's end wakes one
+        # worker, not every idle one
+        gate = asyncio.Lock()
 
         async def write(kind: str, series: _Series, reason: str, record: Record) -> None:
             if not limiter.try_acquire():
@@ -266,9 +269,17 @@ class EventWriter:
                             await asyncio.wait_for(arrived.wait(), wait)
                     continue
                 if self.writing >= YIELD_CONCURRENCY and self.yielding() and not self._closed:
-                    room.clear()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(room.wait(), self._binding_until - time.monotonic())
+                    async with gate:
+                        while (
+                            self.writing >= YIELD_CONCURRENCY
+                            and self.yielding()
+                            and not self._closed
+                        ):
+                            room.clear()
+                            with contextlib.suppress(TimeoutError):
+                                await asyncio.wait_for(
+                                    room.wait(), self._binding_until - time.monotonic()
+                                )
                     continue
                 record = queue.popleft()
                 self.taken += 1
@@ -340,7 +351,7 @@ class EventWriter:
             path, body = self._patch(series)
         try:
             if kind == "create":
-                status, reply = await client.post(path, body)
+                status, reply = await client.post(path, body, success_body=False)
             else:
                 status, reply = await client.request(
                     "PATCH", path, body=body, content_type=MERGE_PATCH

@@ -52,7 +52,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import decice_kube
 import decice_scheduler
@@ -66,13 +66,17 @@ from decice_scheduler.events.recorder import (
     failed_record,
     scheduled_record,
 )
-from decice_scheduler.metrics import Metrics
+
+if TYPE_CHECKING:  # the writer process does not import the metrics (prometheus_client)
+    from decice_scheduler.metrics import Metrics
 
 __all__ = ["QUEUE_SIZE", "Events", "WriterSettings", "main"]
 
 log = logging.getLogger("decice_scheduler.events")
 
-FLUSH_DELAY = 0.01  # records are sent this long after the first of a batch (a send each)
+# records are sent this long after the first of a batch, in one send (each is a system
+# call on both sides, and wakes the writer)
+FLUSH_DELAY = 0.05
 BATCH = 256  # records per line
 STATUS_EVERY = 0.05  # the writer reports its counts at most this often
 EXIT_GRACE = 2.0  # after the drain time: how long the writer has to exit
@@ -171,10 +175,12 @@ class Events:
             return
         records = list(self._buffer)
         self._buffer.clear()
+        lines = []
         if self.binding is not None:
-            pipe.write(json.dumps({"binding": self.binding()}).encode() + b"\n")
+            lines.append(json.dumps({"binding": self.binding()}))
         for i in range(0, len(records), BATCH):
-            pipe.write(json.dumps(records[i : i + BATCH]).encode() + b"\n")
+            lines.append(json.dumps(records[i : i + BATCH]))
+        pipe.write(("\n".join(lines) + "\n").encode())
         self._sent += len(records)
 
     # ------------------------------------------------------------ process
@@ -305,7 +311,9 @@ async def serve(sock: socket.socket) -> int:
     settings = WriterSettings(**json.loads(first))
     _configure_logging(settings.log_level)
     writer = EventWriter(
-        lambda: Client(load_kubeconfig(settings.kubeconfig), user_agent=settings.user_agent),
+        lambda: Client(
+            load_kubeconfig(settings.kubeconfig), user_agent=settings.user_agent, http1_only=True
+        ),
         settings.controller,
         qps=settings.qps,
         burst=settings.burst,

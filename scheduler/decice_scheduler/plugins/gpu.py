@@ -53,21 +53,33 @@ class GpuAware(ScorePlugin):
             scores[name] = (free if prefer_free else top - free) * MAX_SCORE // top
 
     def score_nodes(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[int]:
+        return self.scores_from_free(pod, self.free(nodes))
+
+    def free(self, nodes: Sequence[NodeInfo]) -> list[int]:
+        """The raw score of each node (its free amount, at least 0): one node's does not
+        depend on the others'."""
         res = self._resource
         if res in ("cpu", "memory", "pods"):
-            free = [max(n.allocatable.get(res) - n.requested.get(res), 0) for n in nodes]
-        else:
-            # nodes without any extended resource (most of them) have nothing free
-            free = [
-                (f if (f := have.get(res, 0) - n.requested.extended.get(res, 0)) > 0 else 0)
-                if (have := n.allocatable.extended)
-                else 0
-                for n in nodes
-            ]
-        top = max(free, default=0)
+            return [max(n.allocatable.get(res) - n.requested.get(res), 0) for n in nodes]
+        # nodes without any extended resource (most of them) have nothing free
+        return [
+            (f if (f := have.get(res, 0) - n.requested.extended.get(res, 0)) > 0 else 0)
+            if (have := n.allocatable.extended)
+            else 0
+            for n in nodes
+        ]
+
+    def scores_from_free(
+        self, pod: PodInfo, free: Sequence[int], top: int | None = None
+    ) -> list[int]:
+        """The normalised scores of nodes with these raw scores (``free``, in order),
+        against ``top``, the largest of them (given: a node's score depends on its own raw
+        score and ``top`` only)."""
+        if top is None:
+            top = max(free, default=0)
         if top <= 0:
             return [MAX_SCORE] * len(free)
-        wants_gpu = pod.request.get(res) > 0
-        if wants_gpu and not self._pack:
-            return [f * MAX_SCORE // top for f in free]
-        return [(top - f) * MAX_SCORE // top for f in free]
+        prefer_free = pod.request.get(self._resource) > 0 and not self._pack
+        # few distinct amounts (0 on most nodes): each one's score once, then a lookup
+        score = {f: (f if prefer_free else top - f) * MAX_SCORE // top for f in set(free)}
+        return list(map(score.__getitem__, free))

@@ -57,9 +57,24 @@ class TaintTolerationScore(ScorePlugin):
             scores[name] = MAX_SCORE if worst == 0 else MAX_SCORE * (worst - count) // worst
 
     def score_nodes(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[int]:
+        return self.scores_from_counts(pod, self.counts(pod, nodes))
+
+    def counts(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[int]:
+        """The raw score of each node (its untolerated PreferNoSchedule taints): one
+        node's does not depend on the others'."""
         score = self.score
-        counts = [score(pod, n) if n.taints else 0 for n in nodes]
-        worst = max(counts, default=0)
+        return [score(pod, n) if n.taints else 0 for n in nodes]
+
+    def scores_from_counts(
+        self, pod: PodInfo, counts: Sequence[int], worst: int | None = None
+    ) -> list[int]:
+        """The normalised scores of nodes with these raw scores (``counts``, in order),
+        against ``worst``, the largest of them (given: a node's score depends on its own
+        raw score and ``worst`` only)."""
+        del pod
+        if worst is None:
+            worst = max(counts, default=0)
         if worst == 0:
             return [MAX_SCORE] * len(counts)
-        return [MAX_SCORE * (worst - count) // worst for count in counts]
+        score = {count: MAX_SCORE * (worst - count) // worst for count in set(counts)}
+        return list(map(score.__getitem__, counts))
