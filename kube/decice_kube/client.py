@@ -291,6 +291,14 @@ def decode(content: bytes) -> Any:
         return json.loads(content)
 
 
+def _response(status: int, raw: bytes) -> Response:
+    """``status`` and the body decoded; None for an empty body or one that is not JSON."""
+    try:
+        return Response(status, decode(raw))
+    except ValueError:
+        return Response(status, None)
+
+
 # ================================================================== client
 
 
@@ -467,11 +475,7 @@ class Client:
         self.requests += 1
         if not success_body and 200 <= status < 300:
             return Response(status, None)
-        try:
-            data = json.loads(raw) if raw else None
-        except ValueError:
-            data = None
-        return Response(status, data)
+        return _response(status, raw)
 
     async def request(
         self,
@@ -509,11 +513,7 @@ class Client:
         status = resp.status_code
         if ok_status is not None and not (200 <= status < 300 or status in ok_status):
             raise _error(method, path, status, resp.content.decode(errors="replace"))
-        try:
-            data = decode(resp.content)
-        except ValueError:
-            data = None
-        return Response(status, data)
+        return _response(status, resp.content)
 
     async def _request_http1(
         self,
@@ -533,11 +533,7 @@ class Client:
         self.requests += 1
         if ok_status is not None and not (200 <= status < 300 or status in ok_status):
             raise _error(method, path, status, raw.decode(errors="replace"))
-        try:
-            data = decode(raw)
-        except ValueError:
-            data = None
-        return Response(status, data)
+        return _response(status, raw)
 
     async def _send_retrying(
         self,

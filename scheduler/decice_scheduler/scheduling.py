@@ -106,6 +106,14 @@ def _extended_fit(node: NodeInfo, extended: tuple[tuple[str, int], ...]) -> bool
     return all(taken.get(name, 0) + amount <= have.get(name, 0) for name, amount in extended)
 
 
+def _proven(node: NodeInfo, quick: _Quick) -> bool:
+    """``node`` is plain and has ``quick``'s room free: it passes every built-in filter."""
+    cpu, memory, pods, extended = quick
+    if not node.plain or node.free_cpu < cpu or node.free_memory < memory:
+        return False
+    return node.free_pods >= pods and (not extended or _extended_fit(node, extended))
+
+
 def _candidates(pod: PodInfo, profile: Profile, snapshot: Snapshot) -> list[int] | None:
     """Positions of the only nodes that can fit a pod asking for an extended resource.
 
@@ -139,14 +147,7 @@ def _scan(
     evaluated = 0
     for node in order:
         evaluated += 1
-        if (
-            quick is not None
-            and node.plain
-            and node.free_cpu >= quick[0]
-            and node.free_memory >= quick[1]
-            and node.free_pods >= quick[2]
-            and (not quick[3] or _extended_fit(node, quick[3]))
-        ):
+        if quick is not None and _proven(node, quick):
             # sure to pass every built-in filter: no per-filter calls
             append(node)
             need -= 1

@@ -44,6 +44,7 @@ from decice_scheduler.profile import Profile
 from decice_scheduler.scheduling import (
     Decision,
     _all_builtin,
+    _proven,
     _Quick,
     _quick_fit,
     feasible_target,
@@ -257,16 +258,6 @@ def _fits(pod: PodInfo, profile: Profile, nodes: Sequence[NodeInfo]) -> list[boo
 
 
 def _passes(node: NodeInfo, quick: _Quick | None, checks: list[FilterFn]) -> bool:
-    if (
-        quick is not None
-        and node.plain
-        and node.free_cpu >= quick[0]
-        and node.free_memory >= quick[1]
-        and node.free_pods >= quick[2]
-        and all(
-            node.requested.extended.get(name, 0) + amount <= node.allocatable.extended.get(name, 0)
-            for name, amount in quick[3]
-        )
-    ):
+    if quick is not None and _proven(node, quick):
         return True
     return all(check(node).ok for check in checks)

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from decice import lab
-from tests.support import require
+from tests.support import DECICE, require
 
 
 def require_lab_prerequisites() -> None:
@@ -64,3 +64,25 @@ def stage_plugin(info: lab.LabInfo, name: str) -> Path:
         shutil.rmtree(root)
     copy_plugin(root / "app")
     return root
+
+
+def slurm_spec(path: Path, info: lab.LabInfo, name: str, allocation_vars: str) -> Path:
+    """A ``target: slurm`` spec at ``path`` for the SLURM lab ``info``, one control plane;
+    ``allocation_vars`` in YAML flow form (lab nodes share this machine's kernel: callers
+    keep prepare to per-node settings)."""
+    path.write_text(
+        f"name: {name}\ntarget: slurm\nallocation:\n  control_plane: 1\n"
+        f"  ssh_config: {info.ssh_config}\n  vars: {allocation_vars}\n"
+    )
+    return path
+
+
+def in_allocation(
+    info: lab.LabInfo, spec_file: Path, nodes: int, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """``decice ARGS -f SPEC`` inside ``salloc -N<nodes> --exclusive`` on the SLURM lab."""
+    cmd = ["salloc", f"-N{nodes}", "--exclusive", *DECICE, *args, "-f", str(spec_file)]
+    env = {**os.environ, **(info.slurm_env or {})}
+    return subprocess.run(
+        cmd, capture_output=True, text=True, cwd="/tmp", env=env, check=False, timeout=900
+    )

@@ -25,7 +25,6 @@ tests/unit/test_snapshot_filters.py.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -37,8 +36,7 @@ from typing import Any
 import pytest
 
 from decice import lab
-from tests.integration.labsupport import require_lab_prerequisites, ssh
-from tests.support import DECICE
+from tests.integration.labsupport import in_allocation, require_lab_prerequisites, slurm_spec, ssh
 
 pytestmark = [pytest.mark.cleanslate, pytest.mark.slurm]
 
@@ -358,20 +356,15 @@ def _record(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 def test_reset_returns_planted_cluster_leftovers_to_the_baseline_twice(
     lab_ready: lab.LabInfo, tmp_path: Path, machine_unchanged: dict[str, Any]
 ) -> None:
-    spec_file = tmp_path / "decice.yaml"
-    spec_file.write_text(
-        "name: cleanslate\ntarget: slurm\nallocation:\n"
-        f"  control_plane: 1\n  ssh_config: {lab_ready.ssh_config}\n"
-        # lab nodes share this machine's kernel: per-node settings only
-        "  vars: {prepare_kernel_wide: false, restore_kernel_wide: false}\n"
+    spec_file = slurm_spec(
+        tmp_path / "decice.yaml",
+        lab_ready,
+        "cleanslate",
+        "{prepare_kernel_wide: false, restore_kernel_wide: false}",
     )
-    env = {**os.environ, **(lab_ready.slurm_env or {})}
 
     def decice(*args: str) -> subprocess.CompletedProcess[str]:
-        cmd = ["salloc", "-N2", "--exclusive", *DECICE, *args, "--json", "-f", str(spec_file)]
-        return subprocess.run(
-            cmd, capture_output=True, text=True, cwd="/tmp", env=env, check=False, timeout=900
-        )
+        return in_allocation(lab_ready, spec_file, 2, *args, "--json")
 
     def up() -> None:
         proc = decice("up", "--only", "baseline,prepare")

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from decice import lab
-from tests.integration.labsupport import lab_name, require_lab_prerequisites
-from tests.support import DECICE, run_decice
+from tests.integration import labsupport
+from tests.integration.labsupport import lab_name, require_lab_prerequisites, slurm_spec
+from tests.support import run_decice
 
 
 @pytest.mark.lab
@@ -80,20 +81,12 @@ def test_salloc_up_prepare_reset_verify_on_exactly_the_allocated_nodes(
 ) -> None:
     require_lab_prerequisites()
     assert shutil.which("salloc"), "slurm-client is installed with the SLURM lab"
-    spec_file = tmp_path / "decice.yaml"
-    spec_file.write_text(
-        "name: inalloc\ntarget: slurm\nallocation:\n"
-        f"  control_plane: 1\n  ssh_config: {slurm_cluster.ssh_config}\n"
-        # lab nodes share this machine's kernel: keep prepare to per-node settings
-        "  vars: {prepare_kernel_wide: false}\n"
+    spec_file = slurm_spec(
+        tmp_path / "decice.yaml", slurm_cluster, "inalloc", "{prepare_kernel_wide: false}"
     )
-    env = {**os.environ, **(slurm_cluster.slurm_env or {})}
 
     def in_allocation(nodes: int, *args: str) -> subprocess.CompletedProcess[str]:
-        cmd = ["salloc", f"-N{nodes}", "--exclusive", *DECICE, *args, "-f", str(spec_file)]
-        return subprocess.run(
-            cmd, capture_output=True, text=True, cwd="/tmp", env=env, check=False, timeout=900
-        )
+        return labsupport.in_allocation(slurm_cluster, spec_file, nodes, *args)
 
     up = in_allocation(2, "up", "--only", "preflight,baseline,prepare", "--json")
     assert up.returncode == 0, up.stderr

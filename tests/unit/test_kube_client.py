@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import ssl
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -464,8 +465,10 @@ class _Api(BaseHTTPRequestHandler):
         pass
 
 
-def test_from_kubeconfig_async_with_against_a_local_server(tmp_path: Path) -> None:
-    handler = type("Api", (_Api,), {"seen": []})
+@contextlib.contextmanager
+def _served(handler: type[BaseHTTPRequestHandler], tmp_path: Path) -> Iterator[Path]:
+    """``handler`` serving on a loopback port while the block runs; a kubeconfig for it
+    (token ``s3cret``)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
@@ -474,6 +477,15 @@ def test_from_kubeconfig_async_with_against_a_local_server(tmp_path: Path) -> No
         doc = yaml.safe_load(path.read_text())
         doc["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{server.server_port}"
         path.write_text(yaml.safe_dump(doc))
+        yield path
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_from_kubeconfig_async_with_against_a_local_server(tmp_path: Path) -> None:
+    handler = type("Api", (_Api,), {"seen": []})
+    with _served(handler, tmp_path) as path:
 
         async def session() -> tuple[Any, Response, Client]:
             async with Client.from_kubeconfig(path, user_agent="unit-test") as kube:
@@ -482,9 +494,6 @@ def test_from_kubeconfig_async_with_against_a_local_server(tmp_path: Path) -> No
             return body, bound, kube
 
         body, bound, kube = run(session())
-    finally:
-        server.shutdown()
-        server.server_close()
     assert body == {"path": "/api/v1/nodes?limit=1"}
     assert bound == (201, {"path": "/api/v1/namespaces/d/pods/p/binding"})
     assert handler.seen == [
@@ -523,14 +532,7 @@ def test_an_http1_only_client_sends_everything_over_http1_without_httpx(
     """``http1_only``: GET (with a query), POST and PATCH over the lean pool, statuses
     checked like the httpx path; httpx's clients are never made."""
     handler = type("Api", (_Conflicts,), {"seen": []})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        path = write_kubeconfig(tmp_path / "kc", {}, {"token": "s3cret"})
-        doc = yaml.safe_load(path.read_text())
-        doc["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{server.server_port}"
-        path.write_text(yaml.safe_dump(doc))
+    with _served(handler, tmp_path) as path:
 
         async def session() -> tuple[list[Any], Client]:
             kube = Client(load_kubeconfig(path), user_agent="unit-test", http1_only=True)
@@ -549,9 +551,6 @@ def test_an_http1_only_client_sends_everything_over_http1_without_httpx(
             return got, kube
 
         got, kube = run(session())
-    finally:
-        server.shutdown()
-        server.server_close()
     assert got == [
         {"path": "/api/v1/nodes?labelSelector=a%3Db%2Cc%21%3Dd"},
         (201, {"path": "/api/v1/namespaces/d/events"}),

@@ -60,16 +60,23 @@ def ok(body: object, extra: str = "") -> bytes:
     ).encode() + data
 
 
+async def counting(seen: list[bytes]) -> tuple[asyncio.AbstractServer, Http1Pool, list[int]]:
+    """A server answering a connection's nth request ``{"n": n}`` (each request kept in
+    ``seen``), a pool to it, and its requests per connection."""
+
+    def reply(request: bytes, n: int) -> bytes:
+        seen.append(request)
+        return ok({"n": n})
+
+    server, port, per_conn = await serve(reply)
+    pool = Http1Pool(f"http://127.0.0.1:{port}", None, {"Accept": "application/json"})
+    return server, pool, per_conn
+
+
 def test_status_body_and_keep_alive() -> None:
     async def main() -> None:
         seen: list[bytes] = []
-
-        def reply(request: bytes, n: int) -> bytes:
-            seen.append(request)
-            return ok({"n": n})
-
-        server, port, per_conn = await serve(reply)
-        pool = Http1Pool(f"http://127.0.0.1:{port}", None, {"Accept": "application/json"})
+        server, pool, per_conn = await counting(seen)
         for i in range(3):
             status, body = await pool.request_json("POST", "/x/binding", {"i": i})
             assert (status, body) == (201, {"n": i + 1})
@@ -144,13 +151,7 @@ def test_a_large_chunked_reply_in_pieces(piece: int) -> None:
 def test_a_request_without_a_body_and_a_raw_reply() -> None:
     async def main() -> None:
         seen: list[bytes] = []
-
-        def reply(request: bytes, n: int) -> bytes:
-            seen.append(request)
-            return ok({"n": n})
-
-        server, port, _ = await serve(reply)
-        pool = Http1Pool(f"http://127.0.0.1:{port}", None, {"Accept": "application/json"})
+        server, pool, _ = await counting(seen)
         assert await pool.request("GET", "/api/v1/nodes?limit=5") == (201, b'{"n": 1}')
         patch = await pool.request("PATCH", "/e", b'{"c":2}', "application/merge-patch+json")
         assert patch == (201, b'{"n": 2}')
