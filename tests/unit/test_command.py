@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -21,7 +22,18 @@ def test_output_input_env_and_cwd(tmp_path: Path) -> None:
 
 
 def test_stdin_is_never_the_terminal() -> None:
-    done = command.run([sys.executable, "-c", "import sys; print(repr(sys.stdin.read()))"])
+    """This process's stdin holds text for the taking; the command does not get it."""
+    read, write = os.pipe()
+    os.write(write, b"typed at the terminal")
+    os.close(write)
+    saved = os.dup(0)
+    os.dup2(read, 0)
+    try:
+        done = command.run([sys.executable, "-c", "import sys; print(repr(sys.stdin.read()))"])
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+        os.close(read)
     assert done.stdout.strip() == "''"
 
 
