@@ -8,6 +8,8 @@ nodeName is measured (via a watch). Runs alternate A, B, A, B. Pods stay bound-b
 (no node agent runs).
 
 Per run: pods/s, time to first bind, CPU seconds and peak RSS of the scheduler process,
+the control plane's CPU (etcd and kube-apiserver, from the scheduler's start until every
+pod was bound),
 the 1-minute load average when the run ended, how often the scheduler's threads were
 preempted (involuntary context switches: on 2 shared cores the apiserver and etcd take
 the core away in the middle of a decision), decision latency p50/p99 (decice: its
@@ -434,12 +436,15 @@ def one_run(
             rv = asyncio.run(populate(cp.kubeconfig, args.nodes, args.pods, name))
             port = free_port()
             profiled = which == "decice" and profile is not None
+            cp_pids = [c.pid for c in cp.status().components]
+            cp_cpu0 = sum(cpu_seconds(p) for p in cp_pids)
             started = time.monotonic()
             proc = start(which, data, args.qps, args.burst, binaries, port, profile)
             pid = scheduler_pid(proc, profiled)
             try:
                 first, total = asyncio.run(wait_bound(cp.kubeconfig, rv, args.pods, started))
                 cpu = cpu_seconds(pid)
+                cp_cpu = sum(cpu_seconds(p) for p in cp_pids) - cp_cpu0
                 rss = peak_rss_mib(pid)
                 preempted = involuntary_switches(pid)
                 load1 = os.getloadavg()[0]
@@ -482,6 +487,8 @@ def one_run(
                 "at_limit": round(limiter_floor(first, args.pods, args.qps, args.burst) / total, 3),
                 "cpu_s": round(cpu, 1),
                 "cpu_ms_per_pod": round(cpu * 1000 / args.pods, 2),
+                # etcd and kube-apiserver from the scheduler's start until every pod was bound
+                "control_plane_cpu_ms_per_pod": round(cp_cpu * 1000 / args.pods, 2),
                 "peak_rss_mib": round(rss),
                 "preemptions": preempted,
                 "decision_p50_ms": None if p50 is None else round(p50 * 1000, 3),
@@ -513,6 +520,7 @@ _DECICE_FIGURES = (
     ("rejections", "rejections"),
     ("rejections_source", None),
     ("decice_cpu_ms_per_pod", "cpu_ms_per_pod"),
+    ("decice_control_plane_cpu_ms_per_pod", "control_plane_cpu_ms_per_pod"),
     ("decice_first_bind_s", "first_bind_s"),
     ("decice_at_limit", "at_limit"),
     ("decice_load1", "load1"),
@@ -531,6 +539,7 @@ _KUBE_FIGURES = tuple(
         "decision_p99_ms",
         "rejections",
         "cpu_ms_per_pod",
+        "control_plane_cpu_ms_per_pod",
         "first_bind_s",
         "at_limit",
         "load1",

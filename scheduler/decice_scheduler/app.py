@@ -207,6 +207,8 @@ class Scheduler:
 
     async def run(self) -> int:
         self._loop = loop = asyncio.get_running_loop()
+        # first: the writer is forked while this process has one thread and no connection
+        await self.events.start()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
         loop.add_signal_handler(signal.SIGUSR1, self._audit_signal)
@@ -235,7 +237,6 @@ class Scheduler:
             asyncio.create_task(self.gang.run(), name="gang"),
             asyncio.create_task(self.podgroup_watch.run(), name="podgroups"),
         ]
-        await self.events.start()
         if self.scores is not None:
             tasks.append(asyncio.create_task(self.scores.run(), name="placement-scores"))
         if self.options.audit_interval > 0:

@@ -142,6 +142,8 @@ def test_records_are_written_by_the_process_and_its_counts_come_back(
     async def main() -> int:
         await ev.start()
         assert ev.proc is not None and ev.proc.pid != os.getpid()
+        # this process runs threads (the fake API server's): a fresh interpreter, not a fork
+        assert isinstance(ev.proc, subprocess.Popen)
         ev.scheduled(pod("p0"), "node-1")
         await until("the first write counted", lambda: ev.written == 1)
         # a service stop or Ctrl-C reaches the whole group: the writer keeps going
@@ -311,6 +313,49 @@ def test_the_writer_exits_when_the_scheduler_is_killed(api: FakeApi, tmp_path: P
         with contextlib.suppress(ProcessLookupError):
             parent.kill()
         parent.wait()
+
+
+FORKING_PARENT = """
+import asyncio, atexit, sys
+from decice_scheduler.events.writer import Events, WriterSettings
+from decice_scheduler.metrics import Metrics
+
+atexit.register(print, "atexit", flush=True)
+
+async def main():
+    ev = Events(WriterSettings(sys.argv[1], "sched", "ua"), Metrics())
+    await ev.start()
+    print(type(ev.proc).__name__, ev.proc.pid, flush=True)
+    ev.scheduled({"metadata": {"namespace": "ns", "name": "p", "uid": "u"}}, "n")
+    while ev.written < 1:
+        await asyncio.sleep(0.05)
+    await ev.stop()
+    print("exit", ev.proc.wait(), flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_a_single_threaded_scheduler_forks_its_writer(api: FakeApi, tmp_path: Path) -> None:
+    """One thread, no connection yet (how the scheduler starts it): the writer is a fork
+    of this process (no new interpreter), writes, ends with 0, and runs none of the
+    parent's exit handlers (``atexit`` is printed once: by the parent)."""
+    script = tmp_path / "parent.py"
+    script.write_text(FORKING_PARENT)
+    done = subprocess.run(
+        [sys.executable, str(script), str(api.kubeconfig(tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": f"{REPO / 'scheduler'}{os.pathsep}{REPO / 'kube'}"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    kind, pid = done.stdout.splitlines()[0].split()
+    assert kind == "Forked" and int(pid) > 0
+    assert done.stdout.splitlines()[1:] == ["exit 0", "atexit"]
+    (written,) = api.posts("/apis/events.k8s.io/v1/namespaces/ns/events")
+    assert written["note"] == "Successfully assigned ns/p to n"
 
 
 def test_writer_env_finds_a_source_tree(monkeypatch: pytest.MonkeyPatch) -> None:

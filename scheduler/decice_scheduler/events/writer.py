@@ -9,12 +9,19 @@ kube-scheduler's broadcaster drops the same way once its 1000-event channel is f
 A timer on the loop sends the buffer to the writer in batches; the socket's transport
 buffers what the writer has not read yet, so sending never waits either.
 
-Writer side (``python -m decice_scheduler.events.writer FD``): the records go to an
+Writer side: the records go to an
 :class:`~decice_scheduler.events.recorder.EventWriter` (aggregation, rate limits, writes) on the
-process's own loop and client, built from the scheduler's kubeconfig.
+process's own loop and client, built from the scheduler's kubeconfig. The process is
+forked from the scheduler when the scheduler runs one thread only and holds no
+connection yet (the scheduler starts it first thing): it then begins with every module
+it needs already imported, instead of a fresh interpreter importing them again while
+the scheduler lists the cluster on the same cores. The child leaves the parent's loop
+alone, freezes what it inherited out of its garbage collector (no object of the parent
+is ever finalised there) and ends with ``os._exit``. Otherwise (threads running, or no
+``os.fork``) it is ``python -m decice_scheduler.events.writer FD`` with the pipe as its
+only inherited descriptor.
 
-Protocol, JSON lines over a socketpair (the writer's end is its only inherited
-descriptor):
+Protocol, JSON lines over a socketpair:
 
 - scheduler to writer: the :class:`WriterSettings` (an object), then batches of
   records (arrays), each after a hint object ``{"binding": N}``: the binds the
@@ -40,6 +47,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import gc
 import json
 import logging
 import os
@@ -48,11 +56,12 @@ import site
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, cast
 
 import decice_kube
 import decice_scheduler
@@ -70,7 +79,7 @@ from decice_scheduler.events.recorder import (
 if TYPE_CHECKING:  # the writer process does not import the metrics (prometheus_client)
     from decice_scheduler.metrics import Metrics
 
-__all__ = ["QUEUE_SIZE", "Events", "WriterSettings", "main"]
+__all__ = ["QUEUE_SIZE", "Events", "WriterProcess", "WriterSettings", "main", "start_writer"]
 
 log = logging.getLogger("decice_scheduler.events")
 
@@ -103,6 +112,18 @@ class WriterSettings:
 
 
 # ================================================================== scheduler side
+
+
+class WriterProcess(Protocol):
+    """What the scheduler uses of its writer process (a ``subprocess.Popen`` or a fork)."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def kill(self) -> None: ...
 
 
 class Events:
@@ -138,7 +159,7 @@ class Events:
         self._pipe: asyncio.StreamWriter | None = None
         self._reports: asyncio.Task[None] | None = None
         self._stopping = False
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: WriterProcess | None = None
         self.written = 0  # writes the writer made (all reasons)
         self.dropped = 0  # events not written (all causes)
 
@@ -194,12 +215,7 @@ class Events:
         settings = dataclasses.replace(self.settings, log_level=str(level))
         ours, theirs = socket.socketpair()
         try:
-            self.proc = subprocess.Popen(
-                writer_argv(theirs.fileno()),
-                pass_fds=(theirs.fileno(),),
-                env=writer_env(),
-                stdin=subprocess.DEVNULL,
-            )
+            self.proc = start_writer(ours, theirs)
         except OSError:
             ours.close()
             log.exception("the event writer process did not start; no events are written")
@@ -270,12 +286,78 @@ def _advance(seen: collections.Counter[str], now: Any, counter: Any) -> int:
     return total
 
 
-def _reap(proc: subprocess.Popen[bytes], timeout: float) -> int:
+def _reap(proc: WriterProcess, timeout: float) -> int:
     try:
         return proc.wait(timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.wait()
+
+
+def start_writer(ours: socket.socket, theirs: socket.socket) -> WriterProcess:
+    """The writer process on ``theirs`` (the scheduler keeps ``ours``): forked when this
+    process runs one thread only, else a fresh interpreter (see the module docstring)."""
+    if hasattr(os, "fork") and threading.active_count() == 1:
+        pid = os.fork()
+        if pid == 0:
+            _forked_writer(ours, theirs)
+        return Forked(pid)
+    return subprocess.Popen(
+        writer_argv(theirs.fileno()),
+        pass_fds=(theirs.fileno(),),
+        env=writer_env(),
+        stdin=subprocess.DEVNULL,
+    )
+
+
+class Forked:
+    """A forked writer, waited for like a ``subprocess.Popen``."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"event writer {self.pid}", timeout or 0.0)
+            time.sleep(0.01)
+        return code
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+
+def _forked_writer(ours: socket.socket, theirs: socket.socket) -> NoReturn:
+    """The child side of the fork: serve ``theirs`` on a loop of its own, then exit
+    without running anything of the parent's (no atexit, no finalisers, no buffers)."""
+    code = 1
+    try:
+        gc.freeze()  # what the parent held is never collected (nor finalised) here
+        ours.close()
+        signal.set_wakeup_fd(-1)  # signals go nowhere near the parent's loop
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)  # the scheduler ends us by closing the pipe
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        asyncio.events._set_running_loop(None)  # the parent's loop runs in the parent only
+        code = asyncio.run(serve(theirs))
+    except BaseException:
+        log.exception("the event writer failed")
+    finally:
+        logging.shutdown()
+        os._exit(code)
 
 
 def writer_argv(fd: int) -> list[str]:
