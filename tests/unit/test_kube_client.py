@@ -7,6 +7,7 @@ import base64
 import contextlib
 import json
 import ssl
+import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import timedelta
@@ -502,6 +503,40 @@ def test_from_kubeconfig_async_with_against_a_local_server(tmp_path: Path) -> No
     ]
     assert kube.requests == 2
     assert kube._http.is_closed and kube._watch_http.is_closed  # async with closed the pools
+
+
+class _Searches:
+    """A finder first on sys.meta_path that only records the names looked for (a module
+    already imported is never looked for; a missing one is looked for at every import)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        self.names.append(name)
+
+
+def test_a_request_on_the_httpx_path_looks_for_no_module(tmp_path: Path) -> None:
+    """httpcore imports ``sniffio`` inside every request; when it is not installed (anyio 4
+    no longer brings it) each request searches sys.path for it again, several times. The
+    dependency is declared, so after the first request no request looks for a module."""
+    handler = type("Api", (_Api,), {"seen": []})
+    searches = _Searches()
+    with _served(handler, tmp_path) as path:
+
+        async def session() -> None:
+            async with Client.from_kubeconfig(path, max_retries=2) as kube:
+                await kube.get("/api/v1/nodes")  # first use: imports are allowed here
+                sys.meta_path.insert(0, searches)
+                try:
+                    for _ in range(5):
+                        await kube.get("/api/v1/nodes")
+                finally:
+                    sys.meta_path.remove(searches)
+
+        run(session())
+    assert len(handler.seen) == 6
+    assert searches.names == []
 
 
 class _Conflicts(_Api):
