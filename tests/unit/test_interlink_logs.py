@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -133,6 +134,24 @@ def test_a_kill_whose_verdict_is_not_in_yet_stays_running(tmp_path: Path):
     deleted = JobView("7", Job("7", "CANCELLED", "None", "decice-x", "/d"), deleted=True)
     term = container_status("a", "img", tmp_path, deleted, NOW)["state"]["terminated"]
     assert term["reason"] == "Killed"  # the plugin's own delete: no outside cause
+
+
+def test_a_container_signalled_before_the_jobs_trap_waits_for_the_verdict(tmp_path: Path):
+    """SLURM signals the job's processes in no set order: the container may die (143)
+    and its exit be written "Error" before the job shell's trap writes "Killed"."""
+    (tmp_path / "a.started").write_text("2026-01-01T00:00:01Z\n")
+    (tmp_path / "a.exit").write_text("143 2026-01-01T00:00:05Z Error\n")
+
+    def state(job_state: str) -> dict[str, Any]:
+        view = JobView("7", Job("7", job_state, "None", "decice-x", "/d"))
+        return container_status("a", "img", tmp_path, view, NOW)["state"]
+
+    assert "running" in state("COMPLETING")
+    assert state("TIMEOUT")["terminated"]["reason"] == "DeadlineExceeded"
+    # a job still RUNNING did not signal it: the container's own failure, at once
+    assert state("RUNNING")["terminated"]["reason"] == "Error"
+    (tmp_path / "a.exit").write_text("1 2026-01-01T00:00:05Z Error\n")
+    assert state("COMPLETING")["terminated"]["reason"] == "Error"  # no signal: its own end
 
 
 def test_a_clean_exit_stays_completed_whatever_the_job_did_after(tmp_path: Path):

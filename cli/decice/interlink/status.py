@@ -9,7 +9,9 @@ SLURM's verdict also overrides a container's own failing exit when the job ended
 reason outside it (walltime, out of memory, node failure, preemption, a cancel by
 someone other than the plugin): the exit file then says only "Killed" or the signal's
 code, SLURM says why. While such a job is still completing, a container the job's trap
-recorded as "Killed" stays running: its verdict is not in yet.
+recorded as "Killed" stays running: its verdict is not in yet. So does one that died of
+a signal before the job's trap ran (SLURM signals every process of the job at once, in
+no set order) while the job is COMPLETING.
 """
 
 from __future__ import annotations
@@ -147,6 +149,13 @@ def _verdict(view: JobView) -> tuple[str, str] | None:
     return END_STATES[state][0], f"{view.name} {text}"
 
 
+def _signalled(done: Exit, job: Job) -> bool:
+    """The container was stopped by a signal the job is still answering: the job's trap
+    recorded "Killed", or the container died of a signal (code > 128) first, before the
+    trap ran, while SLURM is ending the job (squeue's COMPLETING: walltime, a cancel)."""
+    return done.reason == "Killed" or (done.code > 128 and job.state == "COMPLETING")
+
+
 def container_status(
     name: str, image: str, job_dir: Path, view: JobView, now: str
 ) -> dict[str, Any]:
@@ -158,8 +167,8 @@ def container_status(
         if verdict is not None:
             reason, message = verdict
             return terminated(name, image, done.code, reason, started, done.finished_at, message)
-        if done.reason == "Killed" and job is not None and job.active and not view.deleted:
-            return running(name, image, started)  # signalled; SLURM's verdict comes next
+        if job is not None and job.active and not view.deleted and _signalled(done, job):
+            return running(name, image, started)  # SLURM's verdict comes next
         return terminated(name, image, done.code, done.reason, started, done.finished_at)
     if job is not None and job.state in PENDING:
         message = view.pending or f"{view.name} is {job.state}"
