@@ -75,6 +75,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+# libyaml's safe loader when PyYAML has it (a kubeconfig in ~0.2 ms, not ~3)
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -195,7 +197,7 @@ def load_kubeconfig(path: str | Path, context: str | None = None) -> KubeConfig:
     plugins are not supported.
     """
     path = Path(path)
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw = yaml.load(path.read_text(), Loader=_YAML_LOADER) or {}
     name = context or raw.get("current-context")
     ctx = _named(raw.get("contexts"), name, "context", path)
     cluster = _named(raw.get("clusters"), ctx.get("cluster"), "cluster", path)

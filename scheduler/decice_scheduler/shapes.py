@@ -6,7 +6,10 @@ depend only on the node, so they are kept per node position and recomputed only 
 nodes that changed since the shape was last used (a changed node is a new ``NodeInfo``
 object in the snapshot; usually one per cycle, the node the previous pod was assumed
 on). A cycle then finds its feasible nodes and their totals with a few passes over
-those per-position lists instead of calling every filter and score plugin per node.
+those per-position lists instead of calling every filter and score plugin per node:
+the positions that fit are kept in order (a cycle's window is one or two slices of
+them), and each total is kept as a key that also orders ties by name (one ``max`` over
+the window gives the best total and, among the nodes sharing it, the smallest name).
 A plugin that normalises over the feasible nodes (GpuAware, TaintTolerationScore) gives
 each node a score from its own raw value and the largest raw value among the feasible
 nodes only; so the total of every position is kept per tuple of those maxima (usually
@@ -27,10 +30,11 @@ from the full scan) go to ``schedule_one``.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from itertools import chain, compress, islice, repeat
-from operator import add, eq, is_not, mul
+from itertools import compress, repeat
+from operator import add, is_not, itemgetter, mul
 
 from decice_scheduler.cache.nodeinfo import NodeInfo
 from decice_scheduler.cache.podinfo import PodInfo
@@ -82,10 +86,17 @@ class _Shape:
     snapshot: Snapshot | None = None
     names: list[str] = field(default_factory=list)
     fit: list[bool] = field(default_factory=list)  # every filter passes
+    feasible: list[int] = field(default_factory=list)  # the positions that fit, ascending
     fixed: list[int] = field(default_factory=list)  # weighted sum of node-local scores
     raw: list[list[int]] = field(default_factory=list)  # per windowed plugin
-    # the weighted total score of every position, per tuple of the windowed plugins'
-    # maxima (positions outside a window may hold anything: never read)
+    # names by rank, the smallest name with the largest tie-break: a position's tie-break
+    # is ``len(names) - 1 - `` its name's rank, ``by_tiebreak`` the name of each
+    tiebreak: list[int] = field(default_factory=list)
+    by_tiebreak: list[str] = field(default_factory=list)
+    # per tuple of the windowed plugins' maxima, each position's key: its weighted total
+    # score times ``len(names)`` plus its tie-break, so that one ``max`` over a window
+    # finds the best total and, among the positions that share it, the smallest name
+    # (positions outside a window may hold anything: never read)
     totals: dict[tuple[int, ...], list[int]] = field(default_factory=dict)
 
 
@@ -164,33 +175,34 @@ class ShapeCache:
         target = feasible_target(total, profile.percentage_of_nodes_to_score)
         start = start_index % total
         # the first ``target`` feasible positions in the order the scan looks at them
-        order = chain(range(start, total), range(start))
-        passes = chain(islice(shape.fit, start, None), islice(shape.fit, start))
-        window = list(islice(compress(order, passes), target))
+        feasible = shape.feasible
+        first = bisect_left(feasible, start)
+        window = feasible[first : first + target]
+        if len(window) < target:
+            window += feasible[: min(first, target - len(window))]
         count = len(window)
         if not count:
             return None  # unschedulable: the full scan gives the reasons
         evaluated = (window[-1] - start) % total + 1 if count == target else total
         next_start = (start + evaluated) % total
-        name = shape.names.__getitem__
-        if count == 1 or not profile.scores:
-            return Decision(min(map(name, window)), 0, count, evaluated, {}, next_start)
-        if shape.raw:
-            maxima = tuple(max(map(raw.__getitem__, window)) for raw in shape.raw)
-            column = shape.totals.get(maxima)
-            if column is None:
-                if len(shape.totals) >= MAX_COLUMNS:
-                    shape.totals.clear()
-                column = shape.totals[maxima] = self._column(pod, shape, maxima)
-        else:
-            column = shape.fixed
-        totals = list(map(column.__getitem__, window))
-        top = max(totals)
-        best = min(map(name, compress(window, map(eq, repeat(top, count), totals))))
-        return Decision(best, top, count, evaluated, {}, next_start)
+        if count == 1:
+            return Decision(shape.names[window[0]], 0, 1, evaluated, {}, next_start)
+        # the window's entries of a per-position list, as a tuple (count > 1)
+        pick = itemgetter(*window)
+        if not profile.scores:
+            return Decision(min(pick(shape.names)), 0, count, evaluated, {}, next_start)
+        maxima = tuple(max(pick(raw)) for raw in shape.raw)  # () without windowed plugins
+        column = shape.totals.get(maxima)
+        if column is None:
+            if len(shape.totals) >= MAX_COLUMNS:
+                shape.totals.clear()
+            column = shape.totals[maxima] = self._column(pod, shape, maxima)
+        top, tie = divmod(max(pick(column)), len(shape.names))
+        return Decision(shape.by_tiebreak[tie], top, count, evaluated, {}, next_start)
 
     def _column(self, pod: PodInfo, shape: _Shape, maxima: tuple[int, ...]) -> list[int]:
-        """The total of every position when the windowed plugins' maxima are ``maxima``."""
+        """The key of every position (see ``_Shape.totals``) when the windowed plugins'
+        maxima are ``maxima``."""
         column = shape.fixed
         for (_, normalise, weight), raw, most in zip(
             self._windowed, shape.raw, maxima, strict=True
@@ -199,7 +211,7 @@ class ShapeCache:
             if weight != 1:
                 scores = list(map(mul, repeat(weight), scores))
             column = list(map(add, column, scores))
-        return column if column is not shape.fixed else list(column)
+        return list(map(add, map(mul, column, repeat(len(shape.names))), shape.tiebreak))
 
     def _refresh(self, shape: _Shape, pod: PodInfo, snapshot: Snapshot) -> None:
         """Bring ``shape`` to ``snapshot``: only the positions whose node changed, unless
@@ -209,15 +221,22 @@ class ShapeCache:
             return
         known = shape.snapshot
         since = None if known is None else snapshot.changed_since(known)
+        full = False
         if since is not None:
             changed = sorted(since)
         elif known is not None and known.layout is snapshot.layout:
             changed = list(compress(range(len(nodes)), map(is_not, shape.nodes, nodes)))
         else:
             self.builds += 1
+            full = True
             count = len(nodes)
             changed = list(range(count))
-            shape.names = [n.name for n in nodes]
+            shape.names = names = [n.name for n in nodes]
+            ranked = sorted(range(count), key=names.__getitem__)
+            shape.tiebreak = tiebreak = [0] * count
+            for rank, pos in enumerate(ranked):
+                tiebreak[pos] = count - 1 - rank
+            shape.by_tiebreak = [names[pos] for pos in reversed(ranked)]
             shape.fit = [False] * count
             shape.fixed = [0] * count
             shape.raw = [[0] * count for _ in self._windowed]
@@ -235,11 +254,16 @@ class ShapeCache:
                 values = [weight * v for v in values]
             fixed = list(map(add, fixed, values))
         columns = [raw(pod, fresh) for raw, _, _ in self._windowed]
+        fit = shape.fit
+        if full or list(map(fit.__getitem__, changed)) != fits:
+            for pos, passes in zip(changed, fits, strict=True):
+                fit[pos] = passes
+            shape.feasible = list(compress(range(len(fit)), fit))
         for i, pos in enumerate(changed):
-            shape.fit[pos] = fits[i]
             shape.fixed[pos] = fixed[i]
             for column, values in zip(shape.raw, columns, strict=True):
                 column[pos] = values[i]
+        span, tiebreak = len(shape.names), shape.tiebreak
         for maxima, totals in shape.totals.items():
             for i, pos in enumerate(changed):
                 total = fixed[i]
@@ -247,7 +271,7 @@ class ShapeCache:
                     self._windowed, columns, maxima, strict=True
                 ):
                     total += weight * normalise(pod, [values[i]], most)[0]
-                totals[pos] = total
+                totals[pos] = total * span + tiebreak[pos]
 
 
 def _fits(pod: PodInfo, profile: Profile, nodes: Sequence[NodeInfo]) -> list[bool]:

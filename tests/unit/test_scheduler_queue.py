@@ -153,9 +153,13 @@ class _Lists:
         self.running: set[str] = set()
         self.overlapped = False
         self.cancelled: list[str] = []
+        self.params: dict[str, Any] = {}
 
-    async def list_all(self, path: str) -> tuple[list[dict[str, Any]], str]:
+    async def list_all(
+        self, path: str, params: dict[str, Any] | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
         what = "nodes" if path.endswith("/nodes") else "pods"
+        self.params[what] = params
         self.running.add(what)
         try:
             await asyncio.sleep(0.05 if what == "pods" else 0.3)
@@ -185,5 +189,20 @@ def test_a_round_lists_nodes_and_pods_at_once_and_a_failure_cancels_the_other() 
         assert lists.overlapped, "the pod LIST ran while the node LIST did"
         assert lists.cancelled == ["nodes"], "the node LIST is not left running"
         assert not sync.ready.is_set() and state.node_count() == 0
+
+    run(go())
+
+
+def test_the_first_round_reads_the_watch_cache_a_relist_reads_etcd() -> None:
+    """resourceVersion 0 (the API server's watch cache, as informers list) at start; a
+    relist (410 Gone, corrupt state, a repair) reads etcd: no resourceVersion."""
+
+    async def go() -> None:
+        for reason, params in (("start", {"resourceVersion": "0"}), ("gone", None)):
+            lists = _Lists(fail="pods")
+            sync = Sync(lists, ClusterState(), SchedulingQueue(), Metrics(), OURS)  # type: ignore[arg-type]
+            with pytest.raises(ApiError):
+                await sync._round(reason)
+            assert lists.params == {"nodes": params, "pods": params}, reason
 
     run(go())
