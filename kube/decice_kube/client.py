@@ -442,17 +442,6 @@ class Client:
     def _watch_http(self) -> httpx.AsyncClient:
         return self._httpx_pools()[1]
 
-    async def connect(self, count: int) -> None:
-        """Open ``count`` connections of the lean HTTP/1.1 pool ahead of the requests
-        that will use them (nothing without that pool). Raises ApiError(0) when the
-        server cannot be reached."""
-        if self._fast is None:
-            return
-        try:
-            await self._fast_pool().connect(count)
-        except (OSError, ValueError, TimeoutError) as exc:
-            raise ApiError("CONNECT", self.config.server, 0, repr(exc)) from exc
-
     async def close(self) -> None:
         """Close every connection."""
         if self._pools is not None:

@@ -459,23 +459,6 @@ class Http1Pool:
             raise
         return stream
 
-    async def connect(self, count: int) -> None:
-        """Open up to ``count`` connections now (at most ``max_connections`` in all) and
-        keep them idle: requests sent next go out at once, without a TLS handshake
-        first. Raises like a request's connect."""
-        opened = await asyncio.gather(
-            *(self._acquire(fresh=True) for _ in range(min(count, self._max - self._open))),
-            return_exceptions=True,
-        )
-        failed = None
-        for conn in opened:
-            if isinstance(conn, _Conn):
-                self._release(conn)
-            elif failed is None:
-                failed = conn
-        if failed is not None:
-            raise failed
-
     async def close(self) -> None:
         self._closing = True
         while self._idle:

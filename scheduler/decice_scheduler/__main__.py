@@ -189,36 +189,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"decice-scheduler: {exc}", file=sys.stderr)
         return 2
 
-    from decice_scheduler.cache.listing import early_lists, scheduler_client
+    from decice_scheduler.app import Options, Scheduler
     from decice_scheduler.logsetup import configure_logging
 
     configure_logging(args.log_level)
+    # every option whose flag has the field's name, then those named otherwise
+    same = {f.name: getattr(args, f.name) for f in fields(Options) if hasattr(args, f.name)}
+    options = Options(
+        **{
+            **same,
+            "debug_token": token,
+            "debug_audit_window": args.debug_audit_min_interval,
+            "lease_duration": args.leader_elect_lease_duration,
+            "renew_deadline": args.leader_elect_renew_deadline,
+            "retry_period": args.leader_elect_retry_period,
+            "placement_scores": scores,
+        }
+    )
     try:
-        client = scheduler_client(args.kubeconfig, args.scheduler_name)
+        scheduler = Scheduler(options, profile)
     except (OSError, ValueError) as exc:
         print(f"decice-scheduler: {args.kubeconfig}: {exc}", file=sys.stderr)
         return 2
-    # one loop from here on: the first LISTs go out now, the API server prepares them
-    # while the rest of the scheduler is imported and built, and they are read on it
-    with asyncio.Runner() as runner:
-        first_lists = runner.run(early_lists(client))
-        from decice_scheduler.app import Options, Scheduler
-
-        # every option whose flag has the field's name, then those named otherwise
-        same = {f.name: getattr(args, f.name) for f in fields(Options) if hasattr(args, f.name)}
-        options = Options(
-            **{
-                **same,
-                "debug_token": token,
-                "debug_audit_window": args.debug_audit_min_interval,
-                "lease_duration": args.leader_elect_lease_duration,
-                "renew_deadline": args.leader_elect_renew_deadline,
-                "retry_period": args.leader_elect_retry_period,
-                "placement_scores": scores,
-            }
-        )
-        scheduler = Scheduler(options, profile, client=client, first_lists=first_lists)
-        return runner.run(scheduler.run())
+    return asyncio.run(scheduler.run())
 
 
 if __name__ == "__main__":

@@ -23,10 +23,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from decice_kube.client import Client
+from decice_kube.client import Client, load_kubeconfig
 from decice_scheduler.binder import Binder, TokenBucket
 from decice_scheduler.cache.audit import Auditor
-from decice_scheduler.cache.listing import Lists, scheduler_client
 from decice_scheduler.cache.podinfo import PodInfo
 from decice_scheduler.cache.state import ClusterState
 from decice_scheduler.cache.sync import Sync
@@ -72,16 +71,7 @@ class Options:
 
 
 class Scheduler:
-    def __init__(
-        self,
-        options: Options,
-        profile: Profile,
-        *,
-        client: Client | None = None,
-        first_lists: Lists | None = None,
-    ) -> None:
-        """``client``: the one ``first_lists`` (``listing.early_lists``) were sent on;
-        by default ``listing.scheduler_client`` of the options' kubeconfig."""
+    def __init__(self, options: Options, profile: Profile) -> None:
         self.options = options
         self.profile = profile
         self.metrics = Metrics()
@@ -89,9 +79,12 @@ class Scheduler:
         self.queue = SchedulingQueue(max_backoff=options.max_backoff)
         # per pod shape: filter and score results per node, updated by node changes
         self.shapes = ShapeCache(profile)
-        if client is None:
-            client = scheduler_client(options.kubeconfig, options.scheduler_name)
-        self.client = client
+        # every request over lean HTTP/1.1 (no httpx: see decice_kube.client)
+        self.client = Client(
+            load_kubeconfig(options.kubeconfig),
+            user_agent=f"{options.scheduler_name}/decice",
+            http1_only=True,
+        )
         self.sync = Sync(
             self.client,
             self.state,
@@ -99,7 +92,6 @@ class Scheduler:
             self.metrics,
             options.scheduler_name,
             watch_timeout=options.watch_timeout,
-            first_lists=first_lists,
         )
         config = self.client.config
         # events are written by a child process (decice_scheduler.events.writer)

@@ -203,28 +203,3 @@ def test_failures_raise() -> None:
         quiet.close()
 
     asyncio.run(main())
-
-
-def test_connect_opens_idle_connections_the_next_requests_use() -> None:
-    """``connect(n)`` opens n connections ahead: n requests at once then open none."""
-
-    async def main() -> None:
-        seen: list[bytes] = []
-        server, pool, per_conn = await counting(seen)
-        port = server.sockets[0].getsockname()[1]
-        await pool.connect(2)
-        assert per_conn == [0, 0]  # two connections, no request yet
-        await asyncio.gather(*(pool.request_json("GET", f"/{i}", None) for i in range(2)))
-        assert per_conn == [1, 1]
-        await pool.close()
-        server.close()
-        await server.wait_closed()
-
-        # nothing listens now: the connect's error, and no connection is left counted
-        closed = Http1Pool(f"http://127.0.0.1:{port}", None, {}, timeout=2.0)
-        with pytest.raises(OSError):
-            await closed.connect(2)
-        assert closed._open == 0
-        await closed.close()
-
-    asyncio.run(main())

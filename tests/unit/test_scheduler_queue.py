@@ -206,33 +206,3 @@ def test_the_first_round_reads_the_watch_cache_a_relist_reads_etcd() -> None:
             assert lists.params == {"nodes": params, "pods": params}, reason
 
     run(go())
-
-
-def test_the_first_round_takes_the_lists_sent_early_a_relist_sends_its_own() -> None:
-    """listing.early_lists: the start round reads the LISTs already on their way (no
-    LIST of its own); they are used once, a relist sends new ones."""
-
-    async def go() -> None:
-        loop = asyncio.get_running_loop()
-        early_nodes, early_pods = loop.create_future(), loop.create_future()
-        early_nodes.set_result(([make_node("n9", cpu="2")], "21"))
-        early_pods.set_result(([], "22"))
-        lists = _Lists(fail="pods")
-        state = ClusterState()
-        sync = Sync(
-            lists,  # type: ignore[arg-type]
-            state,
-            SchedulingQueue(),
-            Metrics(),
-            OURS,
-            first_lists=(early_nodes, early_pods),
-        )
-        with pytest.raises(AssertionError, match="no watch"):  # listed, then watches
-            await sync._round("start")
-        assert lists.params == {} and state.node_count() == 1
-        assert sync.resource_versions == {"nodes": "21", "pods": "22"}
-        with pytest.raises(ApiError, match="boom"):
-            await sync._round("gone")
-        assert lists.params == {"nodes": None, "pods": None} and sync.first_lists is None
-
-    run(go())

@@ -23,9 +23,8 @@ from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
 from decice_kube.client import Client
-from decice_scheduler.cache.listing import NODES, PODS
 from decice_scheduler.cache.state import ClusterState
-from decice_scheduler.cache.sync import Sync
+from decice_scheduler.cache.sync import NODES, PODS, Sync
 from decice_scheduler.cache.usage import NodeDrift
 from decice_scheduler.metrics import Metrics
 from decice_scheduler.offloop import run_in_thread

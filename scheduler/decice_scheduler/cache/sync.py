@@ -1,8 +1,7 @@
 """List + watch of nodes and pods (all namespaces, every scheduler) into ClusterState.
 
 One sync round: LIST nodes, LIST pods (the first round from the API server's watch
-cache, possibly sent before this was built; a relist from etcd: see
-:mod:`decice_scheduler.cache.listing`), ``state.replace_all`` (which reports the deletes
+cache, a relist from etcd), ``state.replace_all`` (which reports the deletes
 of any gap), rebuild the pending queue, mark ready; then watch both from their LIST's
 resourceVersion with bookmarks. A watch that ends (server ``timeoutSeconds``, client
 read timeout, transport error) resumes from the last resourceVersion it saw. A 410 Gone,
@@ -21,7 +20,6 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from decice_kube.client import ApiError, Client, Gone
-from decice_scheduler.cache.listing import NODES, PODS, WATCH_CACHE, Lists, start_lists
 from decice_scheduler.cache.objects import node_name_of, pod_uid
 from decice_scheduler.cache.state import ClusterState, StateCorrupt
 from decice_scheduler.metrics import Metrics
@@ -30,6 +28,9 @@ from decice_scheduler.queue import SchedulingQueue, wants_scheduling
 __all__ = ["Sync"]
 
 log = logging.getLogger("decice_scheduler.sync")
+
+NODES = "/api/v1/nodes"
+PODS = "/api/v1/pods"
 
 
 class _Relist(Exception):
@@ -47,8 +48,6 @@ class Sync:
     scheduler_name: str
     _: KW_ONLY
     watch_timeout: int = 60
-    # the first round's LISTs, sent before this was built (listing.early_lists)
-    first_lists: Lists | None = None
     on_pod_gone: Callable[[str], None] | None = None
     # every pod event (after state and queue applied it), and every full LIST: the
     # gang placement's view of group members (decice_scheduler.gang.placement)
@@ -94,12 +93,15 @@ class Sync:
         started = time.monotonic()
         # both LISTs at once: the API server serves one while this process decodes the
         # other; the first failure is raised (run() retries the round), the other cancelled
-        # the first round from the watch cache, a relist from etcd (see listing); the
-        # first round's LISTs may be on their way already
-        lists = self.first_lists if reason == "start" else None
-        self.first_lists = None
-        if lists is None:
-            lists = start_lists(self.client, WATCH_CACHE if reason == "start" else None)
+        # the first round reads the API server's watch cache (resourceVersion 0, as
+        # informers do: tens of ms less than a read from etcd, any staleness is made up
+        # by the watch from the list's resourceVersion); a relist reads etcd (a repair
+        # wants the truth)
+        params = {"resourceVersion": "0"} if reason == "start" else None
+        lists = [
+            asyncio.ensure_future(self.client.list_all(NODES, params)),
+            asyncio.ensure_future(self.client.list_all(PODS, params)),
+        ]
         try:
             (nodes, nodes_rv), (pods, pods_rv) = await asyncio.gather(*lists)
         finally:

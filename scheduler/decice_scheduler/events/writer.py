@@ -54,12 +54,11 @@ import os
 import signal
 import site
 import socket
-import stat
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, cast
@@ -346,8 +345,6 @@ def _forked_writer(ours: socket.socket, theirs: socket.socket) -> NoReturn:
     try:
         gc.freeze()  # what the parent held is never collected (nor finalised) here
         ours.close()
-        # the parent's connections (its first LISTs may be open) stay the parent's alone
-        close_inherited_sockets(keep=(theirs.fileno(),))
         signal.set_wakeup_fd(-1)  # signals go nowhere near the parent's loop
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)  # the scheduler ends us by closing the pipe
@@ -361,23 +358,6 @@ def _forked_writer(ours: socket.socket, theirs: socket.socket) -> NoReturn:
     finally:
         logging.shutdown()
         os._exit(code)
-
-
-def close_inherited_sockets(keep: Container[int]) -> None:
-    """Close every socket this (forked) process holds but standard input, output and
-    error and ``keep``: a connection the parent has open is then closed when the parent
-    closes it, and no reply meant for the parent can be read here. Only the descriptors
-    are closed; the parent's objects for them are never used in the child."""
-    try:
-        fds = [int(entry.name) for entry in Path("/proc/self/fd").iterdir()]
-    except OSError:  # no /proc: nothing known to close
-        return
-    for fd in fds:
-        if fd <= 2 or fd in keep:
-            continue
-        with contextlib.suppress(OSError):  # the listing's own descriptor, gone by now
-            if stat.S_ISSOCK(os.fstat(fd).st_mode):
-                os.close(fd)
 
 
 def writer_argv(fd: int) -> list[str]:
