@@ -89,8 +89,8 @@ class _Shape:
     feasible: list[int] = field(default_factory=list)  # the positions that fit, ascending
     fixed: list[int] = field(default_factory=list)  # weighted sum of node-local scores
     raw: list[list[int]] = field(default_factory=list)  # per windowed plugin
-    # names by rank, the smallest name with the largest tie-break: a position's tie-break
-    # is ``len(names) - 1 - `` its name's rank, ``by_tiebreak`` the name of each
+    # the names from largest to smallest (``by_tiebreak``), and each position's index in
+    # that list (``tiebreak``): the smaller the name, the larger its tie-break
     tiebreak: list[int] = field(default_factory=list)
     by_tiebreak: list[str] = field(default_factory=list)
     # per tuple of the windowed plugins' maxima, each position's key: its weighted total
@@ -232,11 +232,9 @@ class ShapeCache:
             count = len(nodes)
             changed = list(range(count))
             shape.names = names = [n.name for n in nodes]
-            ranked = sorted(range(count), key=names.__getitem__)
-            shape.tiebreak = tiebreak = [0] * count
-            for rank, pos in enumerate(ranked):
-                tiebreak[pos] = count - 1 - rank
-            shape.by_tiebreak = [names[pos] for pos in reversed(ranked)]
+            shape.by_tiebreak = sorted(names, reverse=True)  # node names are unique
+            place = {name: i for i, name in enumerate(shape.by_tiebreak)}
+            shape.tiebreak = [place[name] for name in names]
             shape.fit = [False] * count
             shape.fixed = [0] * count
             shape.raw = [[0] * count for _ in self._windowed]

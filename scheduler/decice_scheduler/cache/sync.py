@@ -1,8 +1,8 @@
 """List + watch of nodes and pods (all namespaces, every scheduler) into ClusterState.
 
 One sync round: LIST nodes, LIST pods (the first round from the API server's watch
-cache, a relist from etcd), ``state.replace_all`` (which reports the deletes
-of any gap), rebuild the pending queue, mark ready; then watch both from their LIST's
+cache, a relist from etcd), ``state.replace_all`` (which reports the deletes of any
+gap), rebuild the pending queue, mark ready; then watch both from their LIST's
 resourceVersion with bookmarks. A watch that ends (server ``timeoutSeconds``, client
 read timeout, transport error) resumes from the last resourceVersion it saw. A 410 Gone,
 a ``StateCorrupt`` from the state, or a requested repair ends the round: both are listed
@@ -91,13 +91,12 @@ class Sync:
 
     async def _round(self, reason: str) -> None:
         started = time.monotonic()
+        # the first round reads the API server's watch cache (resourceVersion 0, as
+        # informers do; any staleness is made up by the watch from the list's
+        # resourceVersion), a relist reads etcd (a repair wants the truth)
+        params = {"resourceVersion": "0"} if reason == "start" else None
         # both LISTs at once: the API server serves one while this process decodes the
         # other; the first failure is raised (run() retries the round), the other cancelled
-        # the first round reads the API server's watch cache (resourceVersion 0, as
-        # informers do: tens of ms less than a read from etcd, any staleness is made up
-        # by the watch from the list's resourceVersion); a relist reads etcd (a repair
-        # wants the truth)
-        params = {"resourceVersion": "0"} if reason == "start" else None
         lists = [
             asyncio.ensure_future(self.client.list_all(NODES, params)),
             asyncio.ensure_future(self.client.list_all(PODS, params)),
