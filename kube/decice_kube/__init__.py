@@ -2,8 +2,9 @@
 the interLink plugin share about Kubernetes objects.
 
 Modules: ``client`` (THE Kubernetes client: kubeconfig, TLS, a rotating token file,
-paging, watches, retries, typed errors) with ``http1`` (its lean HTTP/1.1 path), ``web``
-(plain HTTP(S) on the same stack: probes, mirror files, downloads, a local JSON service),
+paging, watches, retries, typed errors) with ``http1`` (its lean HTTP/1.1 path) and
+``jsonload`` (how it reads JSON), ``web`` (plain HTTP(S) on the same stack: probes,
+mirror files, downloads, a local JSON service),
 ``quantity`` (the resource quantity grammar: counting and exact readings), ``pods``
 (a pod's peak request) and ``loopback`` (may an endpoint serve without a token).
 ``quantity``, ``pods`` and ``loopback`` are standard library only, so the interLink

@@ -53,6 +53,7 @@ from urllib.parse import urlencode
 import yaml
 
 from decice_kube.http1 import Http1Pool
+from decice_kube.jsonload import loads
 
 if TYPE_CHECKING:
     import httpx
@@ -284,13 +285,14 @@ def gc_paused() -> Iterator[None]:
 
 
 def decode(content: bytes) -> Any:
-    """json.loads, with the cyclic GC paused for big bodies; None for an empty body."""
+    """The JSON body (:func:`decice_kube.jsonload.loads`), with the cyclic GC paused for
+    big bodies; None for an empty body."""
     if not content:
         return None
     if len(content) < BIG_BODY:
-        return json.loads(content)
+        return loads(content)
     with gc_paused():
-        return json.loads(content)
+        return loads(content)
 
 
 def _response(status: int, raw: bytes) -> Response:
@@ -317,7 +319,7 @@ async def _events(path: str, chunks: AsyncIterator[bytes]) -> AsyncIterator[dict
         for line in lines:
             if not line.strip():
                 continue
-            event = json.loads(line)
+            event = loads(line)
             if event.get("type") == "ERROR":
                 status = event.get("object") or {}
                 raise _error(

@@ -31,6 +31,8 @@ from collections import deque
 from typing import Any
 from urllib.parse import urlsplit
 
+from decice_kube.jsonload import loads
+
 __all__ = ["Http1Pool", "Http1Stream"]
 
 _CRLF2 = b"\r\n\r\n"
@@ -395,7 +397,7 @@ class Http1Pool:
         payload = json.dumps(body, separators=(",", ":")).encode()
         status, raw = await self.request(method, path, payload)
         try:
-            decoded = json.loads(raw) if raw else None
+            decoded = loads(raw) if raw else None
         except ValueError:
             decoded = None
         return status, decoded

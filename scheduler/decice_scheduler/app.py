@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 import socket
@@ -271,7 +270,6 @@ class Scheduler:
 
     async def _main(self) -> None:
         await self.sync.ready.wait()
-        gc.freeze()  # the listed objects live long: keep the collector off them
         if self.elector is not None:
             await self.elector.acquire()
             self.leading = True

@@ -403,7 +403,7 @@ def test_role_systemd_units_with_leader_election_on_lab_nodes(
             # the wheel went in without the CLI's dependencies
             pkgs = ssh(lab_nodes, host, "/opt/decice-scheduler/venv/bin/pip list --format=json")
             names = {p["name"].lower().replace("_", "-") for p in json.loads(pkgs)}
-            assert {"decice", "httpx", "prometheus-client", "pyyaml"} <= names
+            assert {"decice", "httpx", "prometheus-client", "pyyaml", "orjson"} <= names
             assert not names & {"ansible", "ansible-core", "kubernetes", "typer"}
         lease = coord.read_namespaced_lease("decice-scheduler", "kube-system")
         assert lease.spec.holder_identity

@@ -275,7 +275,12 @@ def test_scheduler_role_installs_the_scheduler_extra() -> None:
     ]["scheduler"]
     defaults = root / "ansible_collections/decice/hybrid/roles/scheduler/defaults/main.yml"
     assert yaml.safe_load(defaults.read_text())["scheduler_pip_requirements"] == extra
-    distributions = {"httpx": "httpx", "yaml": "pyyaml", "prometheus_client": "prometheus-client"}
+    distributions = {
+        "httpx": "httpx",
+        "yaml": "pyyaml",
+        "prometheus_client": "prometheus-client",
+        "orjson": "orjson",
+    }
     imported: set[str] = set()
     for path in [
         *(root / "scheduler/decice_scheduler").rglob("*.py"),

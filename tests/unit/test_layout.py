@@ -152,15 +152,18 @@ def test_no_import_cycle_in_the_scheduler_package() -> None:
 
 def test_the_kubernetes_library_stands_alone() -> None:
     """decice_kube (#28) is what the CLI, the scheduler and the interLink plugin share: it
-    has no cycle and imports nothing of theirs, only the standard library, httpx and
-    PyYAML (kubeconfigs); its quantity grammar and pod-request rule import the standard
-    library only (the plugin runs on login hosts without dependencies)."""
+    has no cycle and imports nothing of theirs, only the standard library, httpx, PyYAML
+    (kubeconfigs) and orjson (reading JSON); its quantity grammar and pod-request rule
+    import the standard library only (the plugin runs on login hosts without
+    dependencies)."""
     assert _cycles(_graph(KUBE, "decice_kube", runtime_only=False)) == []
     stdlib = set(sys.stdlib_module_names) | {"__future__", "decice_kube"}
     for path in (KUBE / "decice_kube").rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         tops = {m.split(".")[0] for m, _ in _imports(tree, runtime_only=False)}
-        allowed = stdlib if path.stem in ("quantity", "pods") else stdlib | {"httpx", "yaml"}
+        allowed = (
+            stdlib if path.stem in ("quantity", "pods") else stdlib | {"httpx", "yaml", "orjson"}
+        )
         assert tops <= allowed, f"{path.relative_to(ROOT)} imports {sorted(tops - allowed)}"
 
 

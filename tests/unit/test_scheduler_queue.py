@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Any
 
 import pytest
@@ -189,6 +190,55 @@ def test_a_round_lists_nodes_and_pods_at_once_and_a_failure_cancels_the_other() 
         assert lists.overlapped, "the pod LIST ran while the node LIST did"
         assert lists.cancelled == ["nodes"], "the node LIST is not left running"
         assert not sync.ready.is_set() and state.node_count() == 0
+
+    run(go())
+
+
+class _GcSeen(_Lists):
+    """A client whose LISTs note whether the cyclic collector ran when they returned."""
+
+    def __init__(self, fail: str | None = None) -> None:
+        super().__init__(fail)
+        self.collecting: list[bool] = []
+
+    async def list_all(
+        self, path: str, params: dict[str, Any] | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        try:
+            return await super().list_all(path, params)
+        finally:
+            self.collecting.append(gc.isenabled())
+
+
+def test_the_first_listing_round_pauses_the_collector_and_freezes_what_it_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first round that lists runs with the cyclic collector paused and freezes the
+    state it built before the collector comes back; a failed round gives the collector
+    back with nothing frozen, and a relist leaves the collector alone."""
+    freezes: list[bool] = []  # whether the collector was paused at each gc.freeze
+    monkeypatch.setattr(gc, "freeze", lambda: freezes.append(gc.isenabled()))
+
+    async def go() -> None:
+        lists = _GcSeen(fail="pods")
+        sync = Sync(lists, ClusterState(), SchedulingQueue(), Metrics(), OURS)  # type: ignore[arg-type]
+        with pytest.raises(ApiError):
+            await sync._round("start")
+        assert lists.collecting == [False, False], "the LISTs ran with the collector paused"
+        assert gc.isenabled() and freezes == []
+
+        lists.fail = None
+        lists.collecting.clear()
+        with pytest.raises(AssertionError, match="no watch"):
+            await sync._round("list-error")
+        assert lists.collecting == [False, False]
+        assert gc.isenabled() and freezes == [False], "frozen before the collector is back"
+        assert sync.ready.is_set() and sync.rounds == 1
+
+        lists.collecting.clear()
+        with pytest.raises(AssertionError, match="no watch"):
+            await sync._round("gone")
+        assert lists.collecting == [True, True] and freezes == [False]
 
     run(go())
 

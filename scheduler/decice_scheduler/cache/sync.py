@@ -12,14 +12,16 @@ again (counted in ``relists``). Only ClusterState verbs are called.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import random
 import time
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
-from decice_kube.client import ApiError, Client, Gone
+from decice_kube.client import ApiError, Client, Gone, gc_paused
 from decice_scheduler.cache.objects import node_name_of, pod_uid
 from decice_scheduler.cache.state import ClusterState, StateCorrupt
 from decice_scheduler.metrics import Metrics
@@ -95,36 +97,13 @@ class Sync:
         # informers do; any staleness is made up by the watch from the list's
         # resourceVersion), a relist reads etcd (a repair wants the truth)
         params = {"resourceVersion": "0"} if reason == "start" else None
-        # both LISTs at once: the API server serves one while this process decodes the
-        # other; the first failure is raised (run() retries the round), the other cancelled
-        lists = [
-            asyncio.ensure_future(self.client.list_all(NODES, params)),
-            asyncio.ensure_future(self.client.list_all(PODS, params)),
-        ]
-        try:
-            (nodes, nodes_rv), (pods, pods_rv) = await asyncio.gather(*lists)
-        finally:
-            for listing in lists:
-                listing.cancel()
-            await asyncio.gather(*lists, return_exceptions=True)  # none left running
-        result = self.state.replace_all(nodes, pods)
-        self.queue.replace(
-            (pod_uid(p), p) for p in pods if wants_scheduling(p, self.scheduler_name)
-        )
-        if self.on_pods_listed is not None:
-            self.on_pods_listed(pods)
-        if result.deleted_pods or result.deleted_nodes:
-            self.metrics.gap_deletions.labels("pods").inc(len(result.deleted_pods))
-            self.metrics.gap_deletions.labels("nodes").inc(len(result.deleted_nodes))
-            log.info(
-                "relist (%s): %d pods and %d nodes were deleted in the gap",
-                reason,
-                len(result.deleted_pods),
-                len(result.deleted_nodes),
-            )
-            for pod in result.deleted_pods:
-                if self.on_pod_gone is not None:
-                    self.on_pod_gone(pod_uid(pod))
+        # the first round that lists runs with the cyclic collector paused and ends by
+        # freezing what it built (gc.freeze: the state lives as long as the process), so
+        # the collector does not walk the whole state again and again while it ages
+        with gc_paused() if self.rounds == 0 else nullcontext():
+            nodes, nodes_rv, pods, pods_rv = await self._list_into_state(params, reason)
+            if self.rounds == 0:
+                gc.freeze()
         self.queue.cluster_changed()
         self.resource_versions = {"nodes": nodes_rv, "pods": pods_rv}
         self.rounds += 1
@@ -155,6 +134,43 @@ class Sync:
             if exc is not None:
                 raise exc
         raise _Relist(self._repair_reason or "repair")
+
+    async def _list_into_state(
+        self, params: dict[str, str] | None, reason: str
+    ) -> tuple[list[dict[str, Any]], str, list[dict[str, Any]], str]:
+        """LIST nodes and pods into the state and the queue: (nodes, their list's
+        resourceVersion, pods, theirs)."""
+        # both LISTs at once: the API server serves one while this process decodes the
+        # other; the first failure is raised (run() retries the round), the other cancelled
+        lists = [
+            asyncio.ensure_future(self.client.list_all(NODES, params)),
+            asyncio.ensure_future(self.client.list_all(PODS, params)),
+        ]
+        try:
+            (nodes, nodes_rv), (pods, pods_rv) = await asyncio.gather(*lists)
+        finally:
+            for listing in lists:
+                listing.cancel()
+            await asyncio.gather(*lists, return_exceptions=True)  # none left running
+        result = self.state.replace_all(nodes, pods)
+        self.queue.replace(
+            (pod_uid(p), p) for p in pods if wants_scheduling(p, self.scheduler_name)
+        )
+        if self.on_pods_listed is not None:
+            self.on_pods_listed(pods)
+        if result.deleted_pods or result.deleted_nodes:
+            self.metrics.gap_deletions.labels("pods").inc(len(result.deleted_pods))
+            self.metrics.gap_deletions.labels("nodes").inc(len(result.deleted_nodes))
+            log.info(
+                "relist (%s): %d pods and %d nodes were deleted in the gap",
+                reason,
+                len(result.deleted_pods),
+                len(result.deleted_nodes),
+            )
+            for pod in result.deleted_pods:
+                if self.on_pod_gone is not None:
+                    self.on_pod_gone(pod_uid(pod))
+        return nodes, nodes_rv, pods, pods_rv
 
     async def _watch(
         self,
