@@ -366,28 +366,34 @@ def test_writer_env_finds_a_source_tree(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_writes_yield_to_binds_in_flight_and_none_is_dropped(tmp_path: Path) -> None:
-    """While the scheduler says it is binding, one event write is in flight; when it
-    says it is done (or stops saying anything), the writer goes back to full concurrency
-    and writes everything it held."""
+    """While the scheduler says it is binding, no event write starts until the oldest
+    event has waited ``hold`` seconds, then one is in flight; when the scheduler says it
+    is done (or stops saying anything), the writer goes back to full concurrency and
+    writes everything it held."""
     slow = FakeApi(delay=0.05)
     kubeconfig = slow.kubeconfig(tmp_path)
     writer = EventWriter(
-        lambda: Client(load_kubeconfig(str(kubeconfig))), "sched", qps=1e4, burst=10**4
+        lambda: Client(load_kubeconfig(str(kubeconfig))), "sched", qps=1e4, burst=10**4, hold=0.5
     )
 
     def written() -> int:
         return len(slow.posts("/apis/events.k8s.io/v1/"))
 
+    async def binds_for(seconds: float) -> None:  # the hint renewed like a scheduler's
+        for _ in range(round(seconds / 0.1)):
+            await asyncio.sleep(0.1)
+            writer.binding(3)
+
     async def main() -> None:
         run = asyncio.create_task(writer.run())
         writer.binding(3)
         writer.feed(scheduled_record(pod(f"a{i}"), "n", time.time()) for i in range(40))
-        for _ in range(6):  # 0.6 s of binds in flight, the hint renewed like a scheduler's
-            await asyncio.sleep(0.1)
-            writer.binding(3)
-        assert slow.most_active == 1, "more than one write in flight while binding"
+        await binds_for(0.3)
+        assert written() == 0 and slow.most_active == 0, "a write before the hold ended"
+        await binds_for(0.6)
+        assert slow.most_active == 1, "not one write in flight once the hold ended"
         held = 40 - written()
-        assert held > 20, f"only {held} of 40 events held back while binding"
+        assert 20 < held < 40, f"{held} of 40 events held back while binding"
         writer.binding(0)
         await until("the held events written", lambda: written() == 40)
         assert slow.most_active > 4, "the writer did not go back to full concurrency"

@@ -29,12 +29,15 @@ them from its queue:
 - at most ``CONCURRENCY`` writes in flight; a refused or failed write is counted and
   not retried (an event is a hint, not state);
 - binds first: while the scheduler reports binds in flight (:meth:`EventWriter.binding`,
-  a hint that holds for ``BINDING_LEASE`` seconds), at most ``YIELD_CONCURRENCY``
-  writes are in flight, until the queue holds ``yield_below`` records (half the
-  scheduler's ``--event-queue-size``). An event write costs the API server about what
-  a bind costs; on a shared control plane 32 of them at once halve the binding rate of
-  a burst. The events wait in the queue and keep the time of their bind; nothing is
-  dropped for it.
+  a hint that holds for ``BINDING_LEASE`` seconds), no write starts until the oldest
+  queued record has waited ``HOLD`` seconds, and then at most ``YIELD_CONCURRENCY``
+  writes are in flight; until the queue holds ``yield_below`` records (half the
+  scheduler's ``--event-queue-size``), then everything is written at once. An event
+  write costs the API server about what a bind costs: on a shared control plane 32 of
+  them at once halve the binding rate of a burst, and even one at a time slows it
+  (``bench/README.md``, "orjson, and the first LIST frozen"). So a burst's events
+  appear when it ends, or at most ``HOLD`` seconds late while binds go on; they keep
+  the time of their bind, and nothing is dropped for it.
 
 Counts (``taken``, ``written`` per reason, ``dropped`` per cause) are plain numbers: the
 scheduler process turns them into its metrics.
@@ -77,7 +80,8 @@ SWEEP_EVERY = 1.0  # how often series are looked at for a due count update
 CONCURRENCY = 32
 QUEUE_SIZE = 10_000  # kube-scheduler's broadcaster holds 1000; decice holds a burst's
 # events while it binds ("binds first" above)
-YIELD_CONCURRENCY = 1  # writes in flight while the scheduler is binding
+YIELD_CONCURRENCY = 1  # writes in flight while the scheduler is binding, after HOLD
+HOLD = 5.0  # seconds a record waits before writes start while the scheduler is binding
 BINDING_LEASE = 0.5  # seconds a "binds in flight" hint holds
 NOTE_LIMIT = 1024  # events.k8s.io/v1 note limit
 INSTANCE_LIMIT = 128  # reportingInstance limit
@@ -148,6 +152,7 @@ class EventWriter:
         patch_every: float = PATCH_EVERY,
         clock: Callable[[], float] = time.time,
         yield_below: int = QUEUE_SIZE // 2,
+        hold: float = HOLD,
     ) -> None:
         self.client_factory = client_factory
         self.controller = controller
@@ -155,6 +160,7 @@ class EventWriter:
         self.api = api
         self.finish_after = finish_after
         self.yield_below = yield_below
+        self.hold = hold
         self.patch_every = patch_every
         self._qps, self._burst = qps, burst
         self._failed_qps, self._failed_burst = failed_qps, failed_burst
@@ -187,10 +193,24 @@ class EventWriter:
             self._room.set()
 
     def yielding(self) -> bool:
-        """Whether writes are held to ``YIELD_CONCURRENCY`` now: the scheduler is binding
+        """Whether writes are held back now (see :meth:`_held`): the scheduler is binding
         and the queue holds fewer than ``yield_below`` records (more: write them all at
         once rather than let the scheduler's queue bound drop new ones)."""
         return time.monotonic() < self._binding_until and len(self._queue) < self.yield_below
+
+    def _held(self) -> float:
+        """Seconds before the next write may start (0 or less: now). While yielding, a
+        write waits until the oldest queued record is ``hold`` seconds old (its bind's
+        time), and then at most ``YIELD_CONCURRENCY`` are in flight; a write's end, the
+        end of binding, or the hint's lapse looks again."""
+        if not self.yielding():
+            return 0.0
+        lease = self._binding_until - time.monotonic()
+        if self._queue:
+            young = self.hold - (self._clock() - self._queue[0][-1])
+            if young > 0:
+                return min(lease, young)
+        return lease if self.writing >= YIELD_CONCURRENCY else 0.0
 
     def close(self) -> None:
         """No more records: ``run`` returns once the queue is written."""
@@ -268,18 +288,12 @@ class EventWriter:
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(arrived.wait(), wait)
                     continue
-                if self.writing >= YIELD_CONCURRENCY and self.yielding() and not self._closed:
+                if not self._closed and self._held() > 0:
                     async with gate:
-                        while (
-                            self.writing >= YIELD_CONCURRENCY
-                            and self.yielding()
-                            and not self._closed
-                        ):
+                        while not self._closed and (wait := self._held()) > 0:
                             room.clear()
                             with contextlib.suppress(TimeoutError):
-                                await asyncio.wait_for(
-                                    room.wait(), self._binding_until - time.monotonic()
-                                )
+                                await asyncio.wait_for(room.wait(), wait)
                     continue
                 record = queue.popleft()
                 self.taken += 1

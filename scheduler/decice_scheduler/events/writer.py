@@ -26,9 +26,10 @@ Protocol, JSON lines over a socketpair:
 - scheduler to writer: the :class:`WriterSettings` (an object), then batches of
   records (arrays), each after a hint object ``{"binding": N}``: the binds the
   scheduler has in flight when it sent the batch. While binds are in flight the writer
-  keeps at most ``YIELD_CONCURRENCY`` writes in flight (the API server on the same cores
-  serves the binds first; the events wait in the queue, stamped with the time of the
-  bind, and are written at full concurrency once the binds are done). A hint holds for
+  holds its writes back (``HOLD`` seconds, then at most ``YIELD_CONCURRENCY`` in flight:
+  the API server on the same cores serves the binds first; the events wait in the
+  queue, stamped with the time of the bind, and are written at full concurrency once
+  the binds are done). A hint holds for
   ``BINDING_LEASE`` seconds, so a scheduler that stops sending them cannot hold the
   writer back, and the writer stops yielding once it holds half the queue size, so
   yielding never makes the queue drop an event; end of stream, from
