@@ -35,9 +35,9 @@ them from its queue:
   scheduler's ``--event-queue-size``), then everything is written at once. An event
   write costs the API server about what a bind costs: on a shared control plane 32 of
   them at once halve the binding rate of a burst, and even one at a time slows it
-  (``bench/README.md``, "orjson, and the first LIST frozen"). So a burst's events
-  appear when it ends, or at most ``HOLD`` seconds late while binds go on; they keep
-  the time of their bind, and nothing is dropped for it.
+  (``bench/README.md``, "orjson, the first LIST frozen, events held while binding").
+  So a burst's events appear when it ends, or at most ``HOLD`` seconds late while
+  binds go on; they keep the time of their bind, and nothing is dropped for it.
 
 Counts (``taken``, ``written`` per reason, ``dropped`` per cause) are plain numbers: the
 scheduler process turns them into its metrics.
