@@ -22,9 +22,9 @@ import orjson
 __all__ = ["loads"]
 
 
-def loads(content: bytes | bytearray | memoryview | str) -> Any:
+def loads(content: bytes | str) -> Any:
     """The decoded JSON document ``content``; ValueError if it is not JSON."""
     try:
         return orjson.loads(content)
     except orjson.JSONDecodeError:
-        return json.loads(bytes(content) if isinstance(content, memoryview) else content)
+        return json.loads(content)

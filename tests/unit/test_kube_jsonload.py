@@ -3,27 +3,23 @@
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 
 from decice_kube.jsonload import loads
 
 
-def test_a_document_reads_the_same_from_bytes_text_and_a_memoryview() -> None:
+def test_a_document_reads_the_same_from_bytes_and_text() -> None:
     doc = {"type": "MODIFIED", "object": {"metadata": {"name": "p"}, "n": [1, 2.5, None, True]}}
     raw = json.dumps(doc).encode()
-    assert loads(raw) == loads(raw.decode()) == loads(memoryview(raw)) == doc
+    assert loads(raw) == loads(raw.decode()) == doc
 
 
 @pytest.mark.parametrize("text", ["NaN", "[Infinity, -Infinity]", '"\\ud800"'])
 def test_what_orjson_refuses_the_standard_library_reads(text: str) -> None:
-    got, want = loads(text.encode()), json.loads(text)
-    if isinstance(want, float):
-        assert math.isnan(got)
-    else:
-        assert got == want
-    assert loads(memoryview(text.encode())) == got or isinstance(want, float)
+    # compared as the standard library writes them back: NaN is not equal to itself
+    want = json.dumps(json.loads(text))
+    assert json.dumps(loads(text.encode())) == json.dumps(loads(text)) == want
 
 
 @pytest.mark.parametrize("text", [b"", b"{", b'{"a": 1} x', b"\xff"])

@@ -100,9 +100,10 @@ class Sync:
         # the first round that lists runs with the cyclic collector paused and ends by
         # freezing what it built (gc.freeze: the state lives as long as the process), so
         # the collector does not walk the whole state again and again while it ages
-        with gc_paused() if self.rounds == 0 else nullcontext():
+        first = self.rounds == 0
+        with gc_paused() if first else nullcontext():
             nodes, nodes_rv, pods, pods_rv = await self._list_into_state(params, reason)
-            if self.rounds == 0:
+            if first:
                 gc.freeze()
         self.queue.cluster_changed()
         self.resource_versions = {"nodes": nodes_rv, "pods": pods_rv}

@@ -29,12 +29,11 @@ Protocol, JSON lines over a socketpair:
   holds its writes back (``HOLD`` seconds, then at most ``YIELD_CONCURRENCY`` in flight:
   the API server on the same cores serves the binds first; the events wait in the
   queue, stamped with the time of the bind, and are written at full concurrency once
-  the binds are done). A hint holds for
-  ``BINDING_LEASE`` seconds, so a scheduler that stops sending them cannot hold the
-  writer back, and the writer stops yielding once it holds half the queue size, so
-  yielding never makes the queue drop an event; end of stream, from
-  :meth:`Events.stop` or from the scheduler's death (even ``kill -9``), means no more
-  records: the writer writes what it holds (for at most ``drain_timeout`` seconds) and
+  the binds are done). A hint holds for ``BINDING_LEASE`` seconds, so a scheduler that
+  stops sending them cannot hold the writer back, and the writer stops yielding once it
+  holds half the queue size, so yielding never makes the queue drop an event; end of
+  stream, from :meth:`Events.stop` or from the scheduler's death (even ``kill -9``),
+  means no more records: the writer writes what it holds (for at most ``drain_timeout`` seconds) and
   exits. It ignores SIGINT and SIGTERM (a terminal's Ctrl-C or a service stop reaches
   the whole group): the scheduler ends it;
 - writer to scheduler: its counts (``taken``, ``written`` per reason, ``dropped`` per
